@@ -1,0 +1,156 @@
+// kevlar — the per-execution context: properties, attempt number, cancellation.
+#pragma once
+
+#include <kevlar/clock.hpp>
+
+#include <any>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <typeindex>
+#include <utility>
+#include <vector>
+
+namespace kevlar {
+
+/// A typed key for Context properties. Identity is the pair (name, T): two keys with the same
+/// name and type address the same property; the same name with another type does not collide.
+/// Names are case-sensitive; the empty name is valid.
+///
+/// Thread-safety: immutable.
+template <class T>
+class Key {
+ public:
+  using value_type = T;
+  explicit Key(std::string name) : name_(std::move(name)) {}
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+
+ private:
+  std::string name_;
+};
+
+/// A typed property bag carried by a Context. Empty bags allocate nothing.
+///
+/// Thread-safety: not synchronised; it belongs to one execution, which runs one step at a time.
+class Properties {
+ public:
+  /// Stores `value` under `key`, replacing any previous value.
+  template <class T>
+  void set(const Key<T>& key, T value) {
+    if (Entry* e = find(key.name(), typeid(T))) {
+      e->value = std::move(value);
+      return;
+    }
+    entries_.push_back(Entry{key.name(), std::type_index(typeid(T)), std::any(std::move(value))});
+  }
+  /// The value under `key`, or nullptr if none was set.
+  template <class T>
+  [[nodiscard]] const T* try_get(const Key<T>& key) const noexcept {
+    const Entry* e = const_cast<Properties*>(this)->find(key.name(), typeid(T));
+    return e != nullptr ? std::any_cast<T>(&e->value) : nullptr;
+  }
+  /// The value under `key`, or `fallback` if none was set.
+  template <class T>
+  [[nodiscard]] T get_or(const Key<T>& key, T fallback) const {
+    const T* v = try_get(key);
+    return v != nullptr ? *v : std::move(fallback);
+  }
+  /// True if a value is stored under `key`.
+  template <class T>
+  [[nodiscard]] bool contains(const Key<T>& key) const noexcept {
+    return try_get(key) != nullptr;
+  }
+  /// Removes the value under `key`; returns true if there was one.
+  template <class T>
+  bool erase(const Key<T>& key) noexcept {
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->type == typeid(T) && it->name == key.name()) {
+        entries_.erase(it);
+        return true;
+      }
+    }
+    return false;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
+  void clear() noexcept { entries_.clear(); }
+
+ private:
+  struct Entry {
+    std::string name;
+    std::type_index type;
+    std::any value;
+  };
+  Entry* find(std::string_view name, const std::type_info& type) noexcept {
+    for (Entry& e : entries_) {
+      if (e.type == type && e.name == name) return &e;
+    }
+    return nullptr;
+  }
+  std::vector<Entry> entries_;
+};
+
+namespace detail {
+class CallBase;
+}
+
+/// The context of one execution, shared by every strategy of the pipeline and passed to the user's
+/// function (`fn(Context&)`). It lives until the execution completes; do not keep references to it
+/// afterwards.
+///
+/// Thread-safety: belongs to one execution. cancelled() may be called from the thread running the
+/// user's function while the execution is in progress.
+class Context {
+ public:
+  explicit Context(const Clock& clock, bool synchronous, std::stop_token stop = {}) noexcept
+      : clock_(&clock), stop_(std::move(stop)), synchronous_(synchronous) {}
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  /// The attempt number: 1 while the user's function runs for the first time, 2 for the second
+  /// (retries, hedges) and so on; 0 before the first attempt starts.
+  [[nodiscard]] std::uint32_t attempt() const noexcept { return attempt_; }
+
+  /// True for Shield::execute, false for Shield::execute_async.
+  [[nodiscard]] bool synchronous() const noexcept { return synchronous_; }
+
+  /// Cooperative cancellation for the user's function: true once the caller's stop token was
+  /// requested, the caller's cancellation slot was emitted, or a strategy (a timeout) cancelled the
+  /// running attempt. Synchronous functions should poll it; asynchronous operations are cancelled
+  /// through their cancellation slot and need not.
+  [[nodiscard]] bool cancelled() const noexcept {
+    if (cancel_requested_ || stop_.stop_requested()) return true;
+    return deadline_ != Clock::time_point::max() && clock_->now() >= deadline_;
+  }
+
+  /// The caller's stop token (synchronous executions; empty otherwise).
+  [[nodiscard]] const std::stop_token& stop_token() const noexcept { return stop_; }
+
+  /// The earliest deadline a strategy set for the running attempt (Clock::time_point::max() when
+  /// none). Synchronous functions may use it to bound their own waits.
+  [[nodiscard]] Clock::time_point deadline() const noexcept { return deadline_; }
+
+  /// The shield's clock.
+  [[nodiscard]] const Clock& clock() const noexcept { return *clock_; }
+
+  /// The typed property bag of this execution (the same bag across retries).
+  [[nodiscard]] Properties& properties() noexcept { return properties_; }
+  [[nodiscard]] const Properties& properties() const noexcept { return properties_; }
+
+ private:
+  friend class detail::CallBase;
+  friend class Layer;
+
+  const Clock* clock_;
+  std::stop_token stop_;
+  Clock::time_point deadline_ = Clock::time_point::max();
+  std::uint32_t attempt_ = 0;
+  bool synchronous_;
+  bool cancel_requested_ = false;
+  Properties properties_;
+};
+
+}  // namespace kevlar

@@ -1,0 +1,294 @@
+// kevlar — internal: an asynchronous execution (Shield::execute_async).
+#pragma once
+
+#include <kevlar/detail/call_base.hpp>
+#include <kevlar/error.hpp>
+#include <kevlar/strategy.hpp>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/recycling_allocator.hpp>
+#include <boost/asio/system_executor.hpp>
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+
+namespace kevlar::detail {
+
+/// Completion signatures kevlar wraps: `void(error_code, Ts...)` or `void(exception_ptr, Ts...)`.
+template <class Sig>
+struct SignatureTraits {
+  static constexpr bool supported = false;
+};
+template <class E, class... Ts>
+struct SignatureTraits<void(E, Ts...)> {
+  using error_type = std::remove_cvref_t<E>;
+  static constexpr bool supported = std::is_same_v<error_type, boost::system::error_code> ||
+                                    std::is_same_v<error_type, std::exception_ptr>;
+  using values_type = std::tuple<std::decay_t<Ts>...>;
+  static constexpr std::size_t value_count = sizeof...(Ts);
+  /// What clauses see as the call's value: nothing, the single value, or a tuple of them.
+  using value_type = std::conditional_t<
+      sizeof...(Ts) == 0, void,
+      std::conditional_t<sizeof...(Ts) == 1,
+                         std::tuple_element_t<0, std::tuple<std::decay_t<Ts>..., void>>,
+                         values_type>>;
+};
+
+/// ValueOps over the optional tuple of an operation's completion values.
+template <class Values, class Value>
+struct TupleValueOps {
+  static const void* get(const void* slot) noexcept {
+    const auto* o = static_cast<const std::optional<Values>*>(slot);
+    if (!o->has_value()) return nullptr;
+    if constexpr (std::tuple_size_v<Values> == 1) {
+      return std::addressof(std::get<0>(**o));
+    } else {
+      return std::addressof(**o);
+    }
+  }
+  static void assign(void* slot, const void* src) {
+    auto* o = static_cast<std::optional<Values>*>(slot);
+    if constexpr (std::tuple_size_v<Values> == 1) {
+      o->emplace(*static_cast<const Value*>(src));
+    } else {
+      o->emplace(*static_cast<const Values*>(src));
+    }
+  }
+  static constexpr ValueOps ops{&typeid(Value), &get, &assign};
+};
+
+/// Forwards the caller's cancellation into the execution.
+struct CallerCancellation {
+  CallBase* call;
+  void operator()(boost::asio::cancellation_type type) const noexcept {
+    call->cancel_from_caller(type);
+  }
+};
+
+template <class Handler>
+inline constexpr bool has_own_executor =
+    !std::is_same_v<boost::asio::associated_executor_t<Handler, boost::asio::system_executor>,
+                    boost::asio::system_executor>;
+
+/// The completion handler kevlar passes to the user's operation for one attempt. It owns the
+/// execution until it is invoked; if destroyed uninvoked (the operation's executor shut down) it
+/// abandons the execution. Its associated cancellation slot is the execution's step slot, its
+/// allocator and (when the caller's handler has one) its executor are the caller's.
+template <class Call>
+class AttemptHandler {
+ public:
+  using cancellation_slot_type = boost::asio::cancellation_slot;
+  using allocator_type = typename Call::allocator_type;
+
+  explicit AttemptHandler(Call* call) noexcept : call_(call) {}
+  AttemptHandler(AttemptHandler&& other) noexcept : call_(std::exchange(other.call_, nullptr)) {}
+  AttemptHandler& operator=(AttemptHandler&&) = delete;
+  ~AttemptHandler() {
+    if (call_ != nullptr && tl_running_call != call_) call_->abandon_execution();
+  }
+
+  template <class... Args>
+  void operator()(Args&&... args) {
+    Call* call = std::exchange(call_, nullptr);
+    call->store(std::forward<Args>(args)...);
+    call->operation_completed();
+  }
+
+  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
+    return call_->step_slot();
+  }
+  [[nodiscard]] allocator_type get_allocator() const noexcept { return call_->get_allocator(); }
+
+ protected:
+  Call* call_;
+};
+
+/// AttemptHandler for callers whose handler has an associated executor: the operation completes
+/// on it.
+template <class Call>
+class ExecutorAttemptHandler : public AttemptHandler<Call> {
+ public:
+  using executor_type = typename Call::executor_type;
+  using AttemptHandler<Call>::AttemptHandler;
+  [[nodiscard]] executor_type get_executor() const noexcept { return this->call_->get_executor(); }
+};
+
+/// One asynchronous execution: the caller's handler, the user's attempt, the completion values
+/// and the context, allocated in one block (with the layers' frames behind it) from the handler's
+/// associated allocator.
+template <class Handler, class Attempt, class Sig>
+class AsyncCall final : public CallBase {
+  using Traits = SignatureTraits<Sig>;
+  using ErrorType = typename Traits::error_type;
+  using Values = typename Traits::values_type;
+  using Value = typename Traits::value_type;
+
+ public:
+  using allocator_type =
+      boost::asio::associated_allocator_t<Handler, boost::asio::recycling_allocator<void>>;
+  using executor_type = boost::asio::associated_executor_t<Handler, boost::asio::system_executor>;
+  using StepHandler =
+      std::conditional_t<has_own_executor<Handler>, ExecutorAttemptHandler<AsyncCall>,
+                         AttemptHandler<AsyncCall>>;
+
+  /// Allocates and starts an execution. Completion never happens inside this call.
+  static void start(std::shared_ptr<const void> keep_alive, const PipelineView& pipeline,
+                    Handler handler, Attempt attempt) {
+    using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
+    using BlockAlloc = typename std::allocator_traits<allocator_type>::template rebind_alloc<Block>;
+    const std::size_t head = (sizeof(AsyncCall) + sizeof(Block) - 1) / sizeof(Block);
+    const std::size_t blocks = head + (pipeline.frame_bytes + sizeof(Block) - 1) / sizeof(Block);
+    BlockAlloc alloc(
+        boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
+    Block* mem = std::allocator_traits<BlockAlloc>::allocate(alloc, blocks);
+    auto* frames = reinterpret_cast<std::byte*>(mem + head);
+    AsyncCall* call;
+    try {
+      call = ::new (static_cast<void*>(mem)) AsyncCall(
+          std::move(keep_alive), pipeline, frames, std::move(handler), std::move(attempt), blocks);
+    } catch (...) {
+      std::allocator_traits<BlockAlloc>::deallocate(alloc, mem, blocks);
+      throw;
+    }
+    call->connect_caller();
+    const CallBase* previous = std::exchange(tl_initiating_call, call);
+    try {
+      call->run(Step::run_inner);
+    } catch (...) {
+      tl_initiating_call = previous;
+      throw;
+    }
+    tl_initiating_call = previous;
+  }
+
+  template <class E, class... Args>
+  void store(E&& e, Args&&... args) {
+    values_.emplace(std::forward<Args>(args)...);
+    if constexpr (std::is_same_v<ErrorType, boost::system::error_code>) {
+      if (e) {
+        outcome_.set_error(e);
+      } else {
+        outcome_.kind = OutcomeKind::value;
+        outcome_.error.clear();
+        outcome_.exception = nullptr;
+      }
+    } else {
+      if (e) {
+        outcome_.set_exception(std::forward<E>(e));
+      } else {
+        outcome_.kind = OutcomeKind::value;
+        outcome_.error.clear();
+        outcome_.exception = nullptr;
+      }
+    }
+  }
+
+  [[nodiscard]] allocator_type get_allocator() const noexcept {
+    return boost::asio::get_associated_allocator(handler_,
+                                                 boost::asio::recycling_allocator<void>());
+  }
+  [[nodiscard]] executor_type get_executor() const noexcept {
+    return boost::asio::get_associated_executor(handler_, boost::asio::system_executor());
+  }
+  [[nodiscard]] boost::asio::any_io_executor call_executor() const noexcept override {
+    return boost::asio::any_io_executor(get_executor());
+  }
+
+ private:
+  AsyncCall(std::shared_ptr<const void> keep_alive, const PipelineView& pipeline, std::byte* frames,
+            Handler&& handler, Attempt&& attempt, std::size_t blocks)
+      : CallBase(pipeline, frames, context_storage_),
+        keep_alive_(std::move(keep_alive)),
+        context_storage_(*pipeline.clock, false),
+        handler_(std::move(handler)),
+        attempt_(std::move(attempt)),
+        blocks_(blocks) {
+    if constexpr (Traits::value_count > 0) {
+      outcome_.slot = &values_;
+      outcome_.ops = &TupleValueOps<Values, Value>::ops;
+    }
+  }
+
+  void connect_caller() {
+    caller_slot_ = boost::asio::get_associated_cancellation_slot(handler_);
+    if (caller_slot_.is_connected())
+      caller_slot_.template emplace<CallerCancellation>(CallerCancellation{this});
+  }
+
+  void invoke_operation() override { attempt_(StepHandler(this)); }
+
+  void deliver() override {
+    if (caller_slot_.is_connected()) caller_slot_.clear();
+    Handler handler(std::move(handler_));
+    ErrorType err = make_error();
+    Values values = values_.has_value() ? std::move(*values_) : Values{};
+    const bool inside_initiation = tl_initiating_call == this;
+    destroy();
+    std::apply(
+        [&](auto&&... v) {
+          if (inside_initiation) {
+            boost::asio::post(boost::asio::append(std::move(handler), std::move(err),
+                                                  std::forward<decltype(v)>(v)...));
+          } else {
+            std::move(handler)(std::move(err), std::forward<decltype(v)>(v)...);
+          }
+        },
+        std::move(values));
+  }
+
+  ErrorType make_error() {
+    if constexpr (std::is_same_v<ErrorType, boost::system::error_code>) {
+      switch (outcome_.kind) {
+        case OutcomeKind::value:
+          return {};
+        case OutcomeKind::error:
+          return outcome_.error;
+        case OutcomeKind::exception:
+          break;
+      }
+      boost::system::error_code ec = error_of_exception(outcome_.exception);
+      return ec ? ec : make_error_code(errc::callback_exception);
+    } else {
+      switch (outcome_.kind) {
+        case OutcomeKind::value:
+          return nullptr;
+        case OutcomeKind::exception:
+          return outcome_.exception;
+        case OutcomeKind::error:
+          break;
+      }
+      return std::make_exception_ptr(Error(outcome_.error));
+    }
+  }
+
+  void destroy() noexcept override {
+    using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
+    using BlockAlloc = typename std::allocator_traits<allocator_type>::template rebind_alloc<Block>;
+    if (caller_slot_.is_connected()) caller_slot_.clear();
+    BlockAlloc alloc(get_allocator());
+    const std::size_t blocks = blocks_;
+    void* mem = this;
+    this->~AsyncCall();
+    std::allocator_traits<BlockAlloc>::deallocate(alloc, static_cast<Block*>(mem), blocks);
+  }
+
+  std::shared_ptr<const void> keep_alive_;  ///< the pipeline outlives the execution
+  Context context_storage_;
+  Handler handler_;
+  Attempt attempt_;
+  std::optional<Values> values_;
+  boost::asio::cancellation_slot caller_slot_;
+  std::size_t blocks_;
+};
+
+}  // namespace kevlar::detail

@@ -1,0 +1,10 @@
+// kevlar — resilience strategies for Boost.Asio. The umbrella header.
+#pragma once
+
+#include <kevlar/clause.hpp>
+#include <kevlar/clock.hpp>
+#include <kevlar/context.hpp>
+#include <kevlar/error.hpp>
+#include <kevlar/outcome.hpp>
+#include <kevlar/shield.hpp>
+#include <kevlar/strategy.hpp>

@@ -1,0 +1,276 @@
+// kevlar — Shield: an immutable pipeline of strategies wrapped around a user's call.
+#pragma once
+
+#include <kevlar/clause.hpp>
+#include <kevlar/clock.hpp>
+#include <kevlar/context.hpp>
+#include <kevlar/detail/async_call.hpp>
+#include <kevlar/detail/call_base.hpp>
+#include <kevlar/detail/sync_call.hpp>
+#include <kevlar/error.hpp>
+#include <kevlar/outcome.hpp>
+#include <kevlar/strategy.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <concepts>
+#include <exception>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace kevlar {
+
+namespace detail {
+
+template <class T>
+struct IsAwaitable : std::false_type {};
+template <class T, class E>
+struct IsAwaitable<boost::asio::awaitable<T, E>> : std::true_type {
+  using value_type = T;
+  using executor_type = E;
+};
+
+/// The immutable data of a Shield, shared by every copy.
+struct Pipeline {
+  std::vector<std::shared_ptr<Strategy>> strategies;
+  std::vector<std::shared_ptr<const Clause>> clauses;  ///< per layer (default clause if none)
+  std::vector<PipelineLayer> layers;
+  PipelineView view;
+  std::shared_ptr<const Clause> ambient;  ///< clause for strategies added next (null: default)
+  std::shared_ptr<const Clock> clock;     ///< null: Clock::steady()
+  std::optional<std::string> name;
+};
+
+}  // namespace detail
+
+/// A synchronous function a Shield can execute: `R fn()` or `R fn(Context&)`.
+template <class F>
+concept SyncFunction = std::invocable<F&, Context&> || std::invocable<F&>;
+
+/// A nullary callable returning `asio::awaitable<T>`; called once per attempt.
+template <class F>
+concept AwaitableFactory =
+    std::invocable<F&> && detail::IsAwaitable<std::remove_cvref_t<std::invoke_result_t<F&>>>::value;
+
+/// A callable that starts one attempt of an Asio operation when invoked with a completion handler,
+/// e.g. `[&](auto token) { return sock.async_read_some(buf, token); }`. Its completion signature
+/// must be `void(error_code, Ts...)` or `void(std::exception_ptr, Ts...)`.
+template <class A>
+concept AsyncAttempt =
+    !AwaitableFactory<A> && boost::asio::is_async_operation<A>::value &&
+    detail::SignatureTraits<boost::asio::completion_signature_of_t<A>>::supported;
+
+/// An immutable, thread-safe pipeline of strategies that wraps a call.
+///
+/// Build it once, in execution order: the first strategy added is the outermost.
+/// ```
+/// const kevlar::Shield shield = kevlar::Shield{}.use(a).use(b);   // a runs around b
+/// int v = shield.execute([] { return 42; });
+/// ```
+/// Every builder returns a new Shield; strategy instances are shared, never copied, so state
+/// (a breaker's circuit, a limiter's permits) belongs to the instance and is shared by every
+/// shield that contains it. The same stateful instance may appear only once in one chain.
+///
+/// Thread-safety: a Shield may be copied and executed from any number of threads at once. An
+/// asynchronous execution keeps the pipeline (and so its strategies) alive until it completes.
+class Shield {
+ public:
+  /// The empty shield: executes calls directly.
+  Shield() noexcept = default;
+
+  // ---- building ------------------------------------------------------------------------------
+
+  /// Appends `strategy` as the innermost strategy so far. Throws std::invalid_argument for a null
+  /// strategy, a stateful instance already in the chain, or a fallback made unreachable by a
+  /// reactive strategy outside it with the same clause.
+  [[nodiscard]] Shield use(std::shared_ptr<Strategy> strategy) const;
+
+  /// Sets the handling clause for the reactive strategies appended after it (until the next
+  /// `when`). Without one, Clause::default_clause() applies.
+  [[nodiscard]] Shield when(Clause clause) const;
+
+  /// A copy with a name (shown by describe()); shares the strategy instances.
+  [[nodiscard]] Shield with_name(std::string name) const;
+
+  /// A copy whose strategies read time from `clock` (e.g. a ManualClock in tests); shares the
+  /// strategy instances. Throws std::invalid_argument for a null clock.
+  [[nodiscard]] Shield with_clock(std::shared_ptr<const Clock> clock) const;
+
+  /// `*this` around `inner`: this shield's strategies, then inner's (same instances). Name and
+  /// clock: this shield's if set, else inner's; the clause in force afterwards: inner's if set,
+  /// else this one's. Validated like use().
+  [[nodiscard]] Shield wrap(const Shield& inner) const;
+
+  /// Concatenates shields in order (the first is outermost); see wrap().
+  [[nodiscard]] static Shield compose(std::initializer_list<Shield> shields);
+
+  // ---- inspecting ----------------------------------------------------------------------------
+
+  /// The pipeline, outermost first, e.g. `api: Timeout(30s) -> Retry(3, constant 1s)`;
+  /// `(empty)` for an empty shield.
+  [[nodiscard]] std::string describe() const;
+  /// Number of strategies.
+  [[nodiscard]] std::size_t size() const noexcept { return p_ ? p_->layers.size() : 0; }
+  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  /// The name given by with_name, if any.
+  [[nodiscard]] const std::optional<std::string>& name() const noexcept;
+  /// The strategies, outermost first.
+  [[nodiscard]] std::vector<std::shared_ptr<Strategy>> strategies() const;
+  /// The clock the strategies use.
+  [[nodiscard]] const Clock& clock() const noexcept { return *view().clock; }
+
+  // ---- executing synchronously ---------------------------------------------------------------
+
+  /// Executes `fn` (`R fn()` or `R fn(Context&)`) through the pipeline on the calling thread,
+  /// blocking through queues and backoff waits. Returns its value or throws: the original exception
+  /// object when `fn` threw, kevlar::Error for failures produced by kevlar (timeout, rejection,
+  /// cancellation: `asio::error::operation_aborted`).
+  ///
+  /// Cancellation: `stop` cancels cooperatively. If it is already requested, `fn` is never called.
+  /// Timeouts are cooperative too: `fn` observes them through Context::cancelled().
+  template <SyncFunction F>
+  auto execute(F&& fn, std::stop_token stop = {}) const
+      -> std::remove_cvref_t<typename detail::SyncResult<std::remove_reference_t<F>>::type> {
+    if (p_ == nullptr || p_->layers.empty()) {
+      if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
+      Context ctx(clock(), true, std::move(stop));
+      return detail::invoke_sync(fn, ctx);
+    }
+    return execute_outcome(fn, std::move(stop)).value();
+  }
+
+  /// Like execute(), but returns the Outcome instead of throwing.
+  template <SyncFunction F>
+  auto execute_outcome(F&& fn, std::stop_token stop = {}) const -> Outcome<
+      std::remove_cvref_t<typename detail::SyncResult<std::remove_reference_t<F>>::type>> {
+    using Fn = std::remove_reference_t<F>;
+    using R = std::remove_cvref_t<typename detail::SyncResult<Fn>::type>;
+    if (stop.stop_requested()) {
+      return Outcome<R>::from_error(boost::asio::error::operation_aborted);
+    }
+    const detail::PipelineView& v = view();
+    Context ctx(*v.clock, true, std::move(stop));
+    detail::FrameBuffer frames(v.frame_bytes);
+    detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
+    call.run(Step::run_inner);
+    return call.take_outcome();
+  }
+
+  // ---- executing asynchronously --------------------------------------------------------------
+
+  /// Executes an asynchronous operation through the pipeline. `attempt` is invoked once per
+  /// attempt with a completion handler and starts the user's operation; the execution completes
+  /// with that operation's own signature (`void(error_code, Ts...)` or
+  /// `void(std::exception_ptr, Ts...)`), through any completion token: a callback,
+  /// `use_awaitable`, `deferred` (the default, so `co_await shield.execute_async(op)` works),
+  /// `use_future`, `as_tuple(...)`...
+  ///
+  /// Completion: on the handler's associated executor (for handlers without one, where the
+  /// operation completed, or — for a call decided before any operation ran — the system
+  /// executor); never inside this call. Failures produced by kevlar arrive as kevlar::errc codes
+  /// (or, for exception_ptr signatures, as kevlar::Error).
+  ///
+  /// Cancellation: the handler's cancellation slot is forwarded to whatever step is pending
+  /// (the user's operation, a backoff wait, a queue wait), with the type the caller emitted
+  /// (terminal, partial or total; a step that does not support a type ignores it). Emit it from
+  /// the handler's executor. A coroutine whose cancellation state is already cancelled never
+  /// starts the call (Asio throws `operation_aborted` at the co_await).
+  ///
+  /// `attempt` is taken by value and invoked as an lvalue, so it must be re-invocable.
+  template <AsyncAttempt A, class Token = boost::asio::deferred_t>
+  auto execute_async(A attempt, Token&& token = {}) const {
+    using Sig = boost::asio::completion_signature_of_t<A>;
+    return initiate<Sig>(std::move(attempt), std::forward<Token>(token));
+  }
+
+  /// Executes a coroutine through the pipeline: `factory()` returns `asio::awaitable<T>` and is
+  /// called once per attempt; the result is awaited in a coroutine spawned on the handler's
+  /// associated executor. Completes with `void(std::exception_ptr, T)` (or
+  /// `void(std::exception_ptr)` for `awaitable<void>`) through any completion token; the
+  /// exception is the object the coroutine threw, or a kevlar::Error. See the other overload for
+  /// executors and cancellation.
+  template <AwaitableFactory F, class Token>
+  auto execute_async(F factory, Token&& token) const {
+    using Aw = std::remove_cvref_t<std::invoke_result_t<F&>>;
+    using T = typename detail::IsAwaitable<Aw>::value_type;
+    using Sig = std::conditional_t<std::is_void_v<T>, void(std::exception_ptr),
+                                   void(std::exception_ptr, T)>;
+    return initiate<Sig>(FactoryAttempt<F>{std::move(factory)}, std::forward<Token>(token));
+  }
+
+  /// Executes a coroutine through the pipeline and returns an awaitable of its value:
+  /// `T v = co_await shield.execute_async([&] { return client.get(id); });`. Failures are thrown
+  /// from the co_await (the coroutine's own exception object, or kevlar::Error). With an empty
+  /// shield the factory's awaitable is returned as it is.
+  template <AwaitableFactory F>
+  auto execute_async(F factory) const -> std::remove_cvref_t<std::invoke_result_t<F&>> {
+    if (empty()) return factory();
+    return run_factory(*this, std::move(factory));
+  }
+
+ private:
+  template <class F>
+  struct FactoryAttempt {
+    F factory;
+
+    template <class Handler>
+    void operator()(Handler&& handler) {
+      auto ex = boost::asio::get_associated_executor(handler, boost::asio::system_executor());
+      boost::asio::co_spawn(ex, call(factory), std::forward<Handler>(handler));
+    }
+
+    /// Runs the factory inside the spawned coroutine, so that a factory that throws fails the
+    /// attempt instead of escaping.
+    static auto call(F& f) -> std::remove_cvref_t<std::invoke_result_t<F&>> {
+      co_return co_await f();
+    }
+  };
+
+  template <class F>
+  static auto run_factory(Shield self, F factory) -> std::remove_cvref_t<std::invoke_result_t<F&>> {
+    // use_awaitable, not deferred: Boost 1.81 cannot co_await a deferred operation whose
+    // signature is void(std::exception_ptr, T).
+    co_return co_await self.execute_async(std::move(factory), boost::asio::use_awaitable);
+  }
+
+  template <class Sig, class A, class Token>
+  auto initiate(A attempt, Token&& token) const {
+    // An empty shield hands the caller's handler straight to the operation. Otherwise the
+    // execution keeps the pipeline alive (a temporary shield may run a callback-style call).
+    std::shared_ptr<const detail::Pipeline> p = empty() ? nullptr : p_;
+    return boost::asio::async_initiate<Token, Sig>(
+        [](auto handler, std::shared_ptr<const detail::Pipeline> pipeline, A a) {
+          if (pipeline == nullptr) {
+            a(std::move(handler));
+            return;
+          }
+          using Handler = std::decay_t<decltype(handler)>;
+          const detail::PipelineView& view = pipeline->view;
+          detail::AsyncCall<Handler, A, Sig>::start(std::move(pipeline), view, std::move(handler),
+                                                    std::move(a));
+        },
+        token, std::move(p), std::move(attempt));
+  }
+
+  [[nodiscard]] const detail::PipelineView& view() const noexcept;
+  [[nodiscard]] Shield append(const std::shared_ptr<Strategy>& strategy) const;
+
+  explicit Shield(std::shared_ptr<const detail::Pipeline> p) noexcept : p_(std::move(p)) {}
+
+  std::shared_ptr<const detail::Pipeline> p_;
+};
+
+}  // namespace kevlar

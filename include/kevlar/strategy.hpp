@@ -1,0 +1,199 @@
+// kevlar — the one interface every strategy, built-in or user-defined, implements.
+#pragma once
+
+#include <kevlar/clause.hpp>
+#include <kevlar/clock.hpp>
+#include <kevlar/context.hpp>
+#include <kevlar/detail/call_base.hpp>
+#include <kevlar/outcome.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_type.hpp>
+
+#include <cstddef>
+#include <new>
+#include <string>
+#include <utility>
+
+namespace kevlar {
+
+/// What a strategy asks the engine to do next for its position in the pipeline.
+enum class Step : unsigned char {
+  run_inner,  ///< run the rest of the pipeline (and finally the user's operation) once more
+  complete,   ///< this position is done; the current outcome flows to the strategy outside it
+  wait,       ///< wait until the deadline given to Layer::wait_until / wait_for, then call
+              ///< Strategy::on_wait_complete (blocks the thread in a synchronous execution)
+  suspend,    ///< the strategy started its own asynchronous wait with Layer::wait_handler();
+              ///< its completion calls Strategy::on_wait_complete (asynchronous executions only)
+};
+
+/// How a strategy takes part in handling clauses and chain validation.
+enum class StrategyRole : unsigned char {
+  proactive,  ///< acts before or around the call (timeout, limiters); ignores clauses
+  reactive,   ///< judges outcomes with the clause in force where it was added (retry, breaker)
+  fallback,   ///< judges outcomes and replaces handled ones; refused inside a reactive strategy
+              ///< with the same clause, which would make it unreachable
+};
+
+/// Static facts about a strategy, read once when a Shield is built.
+struct StrategyTraits {
+  StrategyRole role = StrategyRole::proactive;
+  /// True if the instance holds state shared by every execution (breaker, limiters). The same
+  /// stateful instance may appear in a chain only once.
+  bool stateful = false;
+  /// Bytes of per-execution scratch storage (Layer::frame), aligned to alignof(std::max_align_t).
+  std::size_t frame_size = 0;
+};
+
+class Strategy;
+
+/// One strategy's handle on one execution: its clause, its scratch frame, the context, the
+/// outcome, waits and cancellation. Valid only inside the Strategy callback it was passed to.
+///
+/// Thread-safety: an execution runs one step at a time; use a Layer only from the callback.
+class Layer {
+ public:
+  Layer(detail::CallBase& call, std::size_t index) noexcept : call_(&call), index_(index) {}
+
+  /// The execution's context.
+  [[nodiscard]] Context& context() const noexcept { return call_->context(); }
+  /// The outcome the inner part of the pipeline produced (meaningful in on_inner_complete and
+  /// after it; a strategy that completes without running the inner part sets it first).
+  [[nodiscard]] OutcomeRef outcome() const noexcept { return OutcomeRef(call_->outcome()); }
+  /// Zero-based position of this strategy in the pipeline (0 is the outermost).
+  [[nodiscard]] std::size_t index() const noexcept { return index_; }
+  /// True for Shield::execute, false for Shield::execute_async.
+  [[nodiscard]] bool synchronous() const noexcept { return call_->synchronous(); }
+  /// The shield's clock.
+  [[nodiscard]] const Clock& clock() const noexcept { return call_->context().clock(); }
+
+  /// The per-execution scratch storage (StrategyTraits::frame_size bytes). Uninitialised when
+  /// on_start is called; a strategy constructs what it needs there and destroys it in on_finish.
+  [[nodiscard]] void* frame() const noexcept { return call_->frame(index_); }
+  template <class T>
+  [[nodiscard]] T& frame_as() const noexcept {
+    return *std::launder(static_cast<T*>(frame()));
+  }
+
+  /// Applies the clause in force at this position to the current outcome. If a predicate throws,
+  /// the outcome becomes that exception and the result is false (the failure is not handled
+  /// again: it surfaces as the execution's failure).
+  [[nodiscard]] bool handled() const noexcept;
+
+  /// Asks the engine to wait until `deadline` (Step::wait); returns Step::wait.
+  Step wait_until(Clock::time_point deadline) const noexcept {
+    call_->set_wait_deadline(deadline);
+    return Step::wait;
+  }
+  /// Asks the engine to wait for `d` (Step::wait); returns Step::wait.
+  Step wait_for(Clock::duration d) const noexcept { return wait_until(clock().now() + d); }
+
+  /// True if the caller cancelled this execution, or a strategy outside this one cancelled the
+  /// part of the pipeline this one runs in. A strategy uses it to tell "cancelled from outside"
+  /// (pass the cancellation on) from a cancellation it caused itself (a timeout).
+  [[nodiscard]] bool cancelled_from_outside() const noexcept {
+    return call_->cancel_origin() <= index_;
+  }
+  /// True if this strategy cancelled its inner part with cancel_inner().
+  [[nodiscard]] bool cancelled_inner() const noexcept {
+    return call_->cancel_origin() == index_ + 1;
+  }
+  /// Cancels what runs inside this strategy: the pending asynchronous step receives `type`
+  /// through its cancellation slot, and the context reports cancelled() to synchronous code.
+  void cancel_inner(boost::asio::cancellation_type type =
+                        boost::asio::cancellation_type::terminal) const noexcept {
+    call_->cancel_inner(index_, type);
+  }
+
+  /// Asynchronous executions: the executor the execution's completions run on.
+  [[nodiscard]] boost::asio::any_io_executor executor() const noexcept {
+    return call_->call_executor();
+  }
+  /// Asynchronous executions: the slot through which the caller's cancellation reaches the
+  /// pending step. Bind it to the wait a strategy starts itself.
+  [[nodiscard]] boost::asio::cancellation_slot cancellation_slot() const noexcept {
+    return call_->step_slot();
+  }
+  /// Asynchronous executions: a completion handler with signature `void(error_code)` that
+  /// resumes this strategy (Strategy::on_wait_complete). It carries the execution's executor and
+  /// cancellation slot, owns the execution until invoked, and abandons it if destroyed
+  /// uninvoked. Start exactly one wait with it and return Step::suspend.
+  [[nodiscard]] class WaitHandler wait_handler() const noexcept;
+
+ private:
+  detail::CallBase* call_;
+  std::size_t index_;
+};
+
+/// Resumes a suspended strategy; see Layer::wait_handler.
+class WaitHandler {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+  using cancellation_slot_type = boost::asio::cancellation_slot;
+
+  explicit WaitHandler(detail::CallBase* call) noexcept : call_(call) {}
+  WaitHandler(WaitHandler&& other) noexcept : call_(std::exchange(other.call_, nullptr)) {}
+  WaitHandler& operator=(WaitHandler&&) = delete;
+  ~WaitHandler() {
+    if (call_ != nullptr && detail::tl_running_call != call_) call_->abandon_execution();
+  }
+
+  void operator()(const boost::system::error_code& ec) {
+    std::exchange(call_, nullptr)->wait_completed(ec);
+  }
+  [[nodiscard]] executor_type get_executor() const noexcept { return call_->call_executor(); }
+  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
+    return call_->step_slot();
+  }
+
+ private:
+  detail::CallBase* call_;
+};
+
+inline WaitHandler Layer::wait_handler() const noexcept {
+  return WaitHandler(call_);
+}
+
+/// The interface of every strategy. A strategy instance serves every execution of every shield it
+/// is part of, concurrently: per-execution data lives in the Layer's frame, shared state in the
+/// instance (and must be thread-safe).
+///
+/// The engine calls, for each execution that reaches this strategy:
+/// 1. on_start once; then, each time the strategy returns
+/// 2. Step::run_inner -> on_inner_complete when the inner part finished,
+///    Step::wait / Step::suspend -> on_wait_complete when the wait finished,
+///    Step::complete -> on_finish, and the outcome moves outwards;
+/// 3. on_finish exactly once, also when the execution is abandoned (its executor was destroyed
+///    with a step pending).
+/// An exception thrown by on_start, on_inner_complete or on_wait_complete becomes the outcome and
+/// completes this position (the strategy's on_finish still runs).
+///
+/// Zero Step::run_inner is a short-circuit (a rejection), one a decorator, several a repeater.
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  /// A one-line description used by Shield::describe(), e.g. `Retry(3, constant 1s)`.
+  [[nodiscard]] virtual std::string describe() const = 0;
+  /// Static facts about the strategy; read once when a shield is built.
+  [[nodiscard]] virtual StrategyTraits traits() const noexcept { return {}; }
+
+  /// The execution reached this strategy.
+  virtual Step on_start(Layer& layer) = 0;
+  /// The inner part of the pipeline completed; its outcome is layer.outcome().
+  virtual Step on_inner_complete(Layer& layer) {
+    (void)layer;
+    return Step::complete;
+  }
+  /// A wait the strategy asked for completed (`operation_aborted` if it was cancelled).
+  virtual Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) {
+    (void)layer;
+    (void)ec;
+    return Step::complete;
+  }
+  /// This position of the execution ended (completed or abandoned); release the frame.
+  virtual void on_finish(Layer& layer) noexcept { (void)layer; }
+};
+
+}  // namespace kevlar

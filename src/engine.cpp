@@ -1,0 +1,196 @@
+// The engine: one trampoline drives every execution, synchronous or asynchronous.
+#include <kevlar/detail/call_base.hpp>
+#include <kevlar/strategy.hpp>
+
+#include <boost/asio/error.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace kevlar {
+
+bool Layer::handled() const noexcept {
+  const Clause* clause = call_->pipeline().layers[index_].clause;
+  try {
+    return clause->handles(outcome());
+  } catch (...) {
+    call_->outcome().set_exception(std::current_exception());
+    return false;
+  }
+}
+
+namespace detail {
+namespace {
+
+/// Marks `call` as the execution whose engine runs on this thread.
+class RunningScope {
+ public:
+  explicit RunningScope(const CallBase* call) noexcept
+      : previous_(std::exchange(tl_running_call, call)) {}
+  ~RunningScope() { tl_running_call = previous_; }
+  RunningScope(const RunningScope&) = delete;
+  RunningScope& operator=(const RunningScope&) = delete;
+
+ private:
+  const CallBase* previous_;
+};
+
+}  // namespace
+
+Step CallBase::dispatch_start(std::size_t index) {
+  Layer layer(*this, index);
+  try {
+    return pipeline_->layers[index].strategy->on_start(layer);
+  } catch (...) {
+    return fail_layer(index, std::current_exception());
+  }
+}
+
+Step CallBase::dispatch_inner_complete(std::size_t index) {
+  Layer layer(*this, index);
+  try {
+    return pipeline_->layers[index].strategy->on_inner_complete(layer);
+  } catch (...) {
+    return fail_layer(index, std::current_exception());
+  }
+}
+
+Step CallBase::dispatch_wait_complete(std::size_t index, const boost::system::error_code& ec) {
+  Layer layer(*this, index);
+  try {
+    return pipeline_->layers[index].strategy->on_wait_complete(layer, ec);
+  } catch (...) {
+    return fail_layer(index, std::current_exception());
+  }
+}
+
+Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
+  (void)index;
+  outcome_.set_exception(std::move(ep));
+  return Step::complete;
+}
+
+void CallBase::finish_layer(std::size_t index) noexcept {
+  Layer layer(*this, index);
+  pipeline_->layers[index].strategy->on_finish(layer);
+  // A cancellation this layer started for its inner part ends with it (a retry outside a timeout
+  // starts its next attempt uncancelled).
+  if (cancel_origin_ == index + 1) {
+    cancel_origin_ = no_layer;
+    context_->cancel_requested_ = false;
+  }
+}
+
+void CallBase::run(Step step) {
+  RunningScope scope(this);
+  const std::size_t n = pipeline_->size;
+  for (;;) {
+    switch (step) {
+      case Step::run_inner: {
+        const std::size_t next = depth_ + 1;  // no_layer + 1 wraps to 0
+        if (next < n) {
+          depth_ = next;
+          step = dispatch_start(next);
+          continue;
+        }
+        depth_ = n;
+        ++context_->attempt_;
+        if (!synchronous()) {
+          invoke_operation();  // the operation's handler now owns the execution
+          return;
+        }
+        invoke_operation();
+        if (n == 0) {
+          deliver();
+          return;
+        }
+        depth_ = n - 1;
+        step = dispatch_inner_complete(depth_);
+        continue;
+      }
+      case Step::complete:
+        finish_layer(depth_);
+        if (depth_ == 0) {
+          deliver();  // an asynchronous execution is destroyed here
+          return;
+        }
+        --depth_;
+        step = dispatch_inner_complete(depth_);
+        continue;
+      case Step::wait:
+        if (!synchronous()) {
+          start_wait();  // the timer's handler now owns the execution
+          return;
+        }
+        {
+          // A deadline set for the running attempt (a synchronous timeout) cuts the wait short.
+          const Clock::time_point until = std::min(wait_deadline_, context_->deadline_);
+          const bool reached = context_->clock().sleep_until(until, context_->stop_token());
+          const bool aborted = !reached || until < wait_deadline_;
+          step = dispatch_wait_complete(
+              depth_, aborted ? boost::system::error_code(boost::asio::error::operation_aborted)
+                              : boost::system::error_code());
+        }
+        continue;
+      case Step::suspend:
+        if (synchronous()) {
+          step = fail_layer(depth_, std::make_exception_ptr(std::logic_error(
+                                        "kevlar: a strategy returned Step::suspend from a "
+                                        "synchronous execution")));
+          continue;
+        }
+        return;  // the strategy's wait handler now owns the execution
+    }
+  }
+}
+
+void CallBase::start_wait() {
+  if (!timer_) timer_ = context_->clock().make_timer(call_executor());
+  timer_->async_wait_until(wait_deadline_, *this);
+}
+
+void CallBase::operation_completed() {
+  if (pipeline_->size == 0) {
+    RunningScope scope(this);
+    deliver();
+    return;
+  }
+  depth_ = pipeline_->size - 1;
+  Step step;
+  {
+    RunningScope scope(this);
+    step = dispatch_inner_complete(depth_);
+  }
+  run(step);
+}
+
+void CallBase::wait_completed(const boost::system::error_code& ec) {
+  Step step;
+  {
+    RunningScope scope(this);
+    step = dispatch_wait_complete(depth_, ec);
+  }
+  run(step);
+}
+
+void CallBase::abandon_execution() noexcept {
+  if (depth_ != no_layer && pipeline_->size > 0) {
+    for (std::size_t i = std::min(depth_, pipeline_->size - 1) + 1; i-- > 0;) finish_layer(i);
+  }
+  destroy();
+}
+
+void CallBase::cancel_from_caller(boost::asio::cancellation_type type) noexcept {
+  cancel_origin_ = 0;
+  context_->cancel_requested_ = true;
+  step_signal_.emit(type);
+}
+
+void CallBase::cancel_inner(std::size_t origin, boost::asio::cancellation_type type) noexcept {
+  if (cancel_origin_ == no_layer || cancel_origin_ > origin + 1) cancel_origin_ = origin + 1;
+  context_->cancel_requested_ = true;
+  step_signal_.emit(type);
+}
+
+}  // namespace detail
+}  // namespace kevlar

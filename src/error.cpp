@@ -1,0 +1,81 @@
+#include <kevlar/error.hpp>
+#include <kevlar/outcome.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <string>
+
+namespace kevlar {
+namespace {
+
+class Category final : public boost::system::error_category {
+ public:
+  // A fixed identifier makes codes compare equal across shared-library boundaries.
+  constexpr Category() noexcept : boost::system::error_category(0x6b65766c61720001ULL) {}
+
+  const char* name() const noexcept override { return "kevlar"; }
+
+  std::string message(int value) const override {
+    switch (static_cast<errc>(value)) {
+      case errc::timeout:
+        return "the call did not complete within its timeout";
+      case errc::circuit_open:
+        return "the circuit is open and is rejecting calls";
+      case errc::isolated:
+        return "the circuit is isolated and is rejecting calls until it is reset";
+      case errc::rate_limited:
+        return "the rate limit has been exceeded";
+      case errc::concurrency_limit_exceeded:
+        return "the concurrency limit and its queue are both full";
+      case errc::closed:
+        return "the strategy or primitive has been closed";
+      case errc::callback_exception:
+        return "a user callback threw an exception that carries no error code";
+      case errc::invalid_result_type:
+        return "a typed callback does not match the call's result type";
+    }
+    return "unknown kevlar error " + std::to_string(value);
+  }
+};
+
+constexpr Category category_instance;
+
+}  // namespace
+
+const boost::system::error_category& error_category() noexcept {
+  return category_instance;
+}
+
+bool is_cancellation(const boost::system::error_code& ec) noexcept {
+  return ec == boost::asio::error::operation_aborted ||
+         ec == boost::system::errc::operation_canceled;
+}
+
+Error::Error(const boost::system::error_code& ec, std::optional<duration> retry_after)
+    : std::system_error(static_cast<std::error_code>(ec)), error_(ec), retry_after_(retry_after) {}
+
+namespace detail {
+
+boost::system::error_code error_of_exception(const std::exception_ptr& ep) noexcept {
+  if (!ep) return {};
+  try {
+    std::rethrow_exception(ep);
+  } catch (const Error& e) {
+    return e.error();
+  } catch (const boost::system::system_error& e) {
+    return e.code();
+  } catch (const std::system_error& e) {
+    return boost::system::error_code(e.code());
+  } catch (...) {
+  }
+  return {};
+}
+
+bool is_cancellation_exception(const std::exception_ptr& ep) noexcept {
+  const boost::system::error_code ec = error_of_exception(ep);
+  return ec && is_cancellation(ec);
+}
+
+}  // namespace detail
+}  // namespace kevlar

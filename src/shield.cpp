@@ -1,0 +1,147 @@
+#include <kevlar/shield.hpp>
+
+#include <sstream>
+#include <stdexcept>
+
+namespace kevlar {
+namespace {
+
+const detail::PipelineView& empty_view() {
+  static const detail::PipelineView view{nullptr, 0, 0, Clock::steady().get()};
+  return view;
+}
+
+std::size_t round_up(std::size_t n) {
+  constexpr std::size_t a = alignof(std::max_align_t);
+  return (n + a - 1) / a * a;
+}
+
+/// Recomputes the engine's view of `p` and checks the chain's rules.
+void seal(detail::Pipeline& p) {
+  const std::size_t n = p.strategies.size();
+  p.layers.clear();
+  p.layers.reserve(n);
+  std::size_t offset = 0;
+  std::vector<StrategyTraits> traits;
+  traits.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    traits.push_back(p.strategies[i]->traits());
+    p.layers.push_back(detail::PipelineLayer{p.strategies[i].get(), p.clauses[i].get(), offset});
+    offset += round_up(traits.back().frame_size);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (traits[i].stateful && p.strategies[i] == p.strategies[j]) {
+        std::ostringstream msg;
+        msg << "kevlar::Shield: the chain contains the same stateful strategy instance ("
+            << p.strategies[i]->describe() << ") at positions " << j + 1 << " and " << i + 1
+            << "; one stateful instance used twice in one chain would count every call twice. "
+               "Create a second instance instead.";
+        throw std::invalid_argument(msg.str());
+      }
+      if (traits[i].role == StrategyRole::fallback && traits[j].role == StrategyRole::reactive &&
+          p.clauses[i] == p.clauses[j]) {
+        std::ostringstream msg;
+        msg << "kevlar::Shield: the chain places " << p.strategies[i]->describe() << " inside "
+            << p.strategies[j]->describe()
+            << " with the same handling clause, so the fallback recovers every failure before "
+            << p.strategies[j]->describe()
+            << " sees one. Add the fallback first (the first strategy is the outermost), or give "
+               "it "
+               "its own clause with when().";
+        throw std::invalid_argument(msg.str());
+      }
+    }
+  }
+  p.view.layers = p.layers.data();
+  p.view.size = n;
+  p.view.frame_bytes = offset;
+  p.view.clock = p.clock ? p.clock.get() : Clock::steady().get();
+}
+
+std::shared_ptr<detail::Pipeline> copy_of(const std::shared_ptr<const detail::Pipeline>& p) {
+  return p ? std::make_shared<detail::Pipeline>(*p) : std::make_shared<detail::Pipeline>();
+}
+
+}  // namespace
+
+const detail::PipelineView& Shield::view() const noexcept {
+  return p_ ? p_->view : empty_view();
+}
+
+const std::optional<std::string>& Shield::name() const noexcept {
+  static const std::optional<std::string> none;
+  return p_ ? p_->name : none;
+}
+
+std::vector<std::shared_ptr<Strategy>> Shield::strategies() const {
+  return p_ ? p_->strategies : std::vector<std::shared_ptr<Strategy>>{};
+}
+
+Shield Shield::use(std::shared_ptr<Strategy> strategy) const {
+  if (!strategy) throw std::invalid_argument("kevlar::Shield::use: the strategy is null");
+  return append(strategy);
+}
+
+Shield Shield::append(const std::shared_ptr<Strategy>& strategy) const {
+  auto p = copy_of(p_);
+  p->strategies.push_back(strategy);
+  p->clauses.push_back(p->ambient ? p->ambient : Clause::default_clause());
+  seal(*p);
+  return Shield(std::move(p));
+}
+
+Shield Shield::when(Clause clause) const {
+  auto p = copy_of(p_);
+  p->ambient = std::make_shared<const Clause>(std::move(clause));
+  seal(*p);
+  return Shield(std::move(p));
+}
+
+Shield Shield::with_name(std::string name) const {
+  auto p = copy_of(p_);
+  p->name = std::move(name);
+  seal(*p);
+  return Shield(std::move(p));
+}
+
+Shield Shield::with_clock(std::shared_ptr<const Clock> clock) const {
+  if (!clock) throw std::invalid_argument("kevlar::Shield::with_clock: the clock is null");
+  auto p = copy_of(p_);
+  p->clock = std::move(clock);
+  seal(*p);
+  return Shield(std::move(p));
+}
+
+Shield Shield::wrap(const Shield& inner) const {
+  if (!inner.p_) return *this;
+  if (!p_) return inner;
+  auto p = copy_of(p_);
+  p->strategies.insert(p->strategies.end(), inner.p_->strategies.begin(),
+                       inner.p_->strategies.end());
+  p->clauses.insert(p->clauses.end(), inner.p_->clauses.begin(), inner.p_->clauses.end());
+  if (!p->name) p->name = inner.p_->name;
+  if (!p->clock) p->clock = inner.p_->clock;
+  if (inner.p_->ambient) p->ambient = inner.p_->ambient;
+  seal(*p);
+  return Shield(std::move(p));
+}
+
+Shield Shield::compose(std::initializer_list<Shield> shields) {
+  Shield result;
+  for (const Shield& s : shields) result = result.wrap(s);
+  return result;
+}
+
+std::string Shield::describe() const {
+  std::string out;
+  if (p_ && p_->name) out = *p_->name + ": ";
+  if (empty()) return out + "(empty)";
+  for (std::size_t i = 0; i < p_->strategies.size(); ++i) {
+    if (i != 0) out += " -> ";
+    out += p_->strategies[i]->describe();
+  }
+  return out;
+}
+
+}  // namespace kevlar

@@ -1,0 +1,223 @@
+#include <kevlar/kevlar.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <stdexcept>
+#include <system_error>
+
+namespace kevlar {
+namespace {
+
+namespace asio = boost::asio;
+
+TEST(Errors, CategoryNamesAndMessages) {
+  const boost::system::error_code ec = make_error_code(errc::timeout);
+  EXPECT_STREQ(ec.category().name(), "kevlar");
+  EXPECT_EQ(ec.value(), 1);
+  EXPECT_EQ(ec.message(), "the call did not complete within its timeout");
+  EXPECT_EQ(ec, errc::timeout);
+  EXPECT_NE(ec, errc::circuit_open);
+  EXPECT_NE(make_error_code(errc::closed).message().find("closed"), std::string::npos);
+}
+
+TEST(Errors, ErrorIsASystemErrorComparableWithErrc) {
+  const Error e(make_error_code(errc::circuit_open), std::chrono::seconds(20));
+  const std::system_error& base = e;
+  EXPECT_EQ(base.code(), errc::circuit_open);
+  EXPECT_EQ(e.error(), errc::circuit_open);
+  ASSERT_TRUE(e.retry_after().has_value());
+  EXPECT_EQ(*e.retry_after(), std::chrono::seconds(20));
+  EXPECT_NE(std::string(e.what()).find("circuit is open"), std::string::npos);
+  const std::error_code std_ec = errc::isolated;
+  EXPECT_EQ(std_ec, errc::isolated);
+}
+
+TEST(Errors, CancellationIsRecognised) {
+  EXPECT_TRUE(is_cancellation(asio::error::operation_aborted));
+  EXPECT_TRUE(is_cancellation(make_error_code(boost::system::errc::operation_canceled)));
+  EXPECT_FALSE(is_cancellation(make_error_code(errc::timeout)));
+  EXPECT_FALSE(is_cancellation({}));
+}
+
+TEST(Outcome, HoldsExactlyOneThing) {
+  auto v = Outcome<int>::from_value(3);
+  EXPECT_TRUE(v.has_value());
+  EXPECT_TRUE(static_cast<bool>(v));
+  EXPECT_EQ(v.kind(), OutcomeKind::value);
+  EXPECT_EQ(v.value(), 3);
+  EXPECT_FALSE(v.error());
+  EXPECT_FALSE(v.exception());
+
+  auto e = Outcome<int>::from_error(make_error_code(errc::rate_limited));
+  EXPECT_TRUE(e.has_error());
+  EXPECT_EQ(e.kind(), OutcomeKind::error);
+  try {
+    (void)e.value();
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_EQ(err.error(), errc::rate_limited);
+  }
+
+  auto x = Outcome<int>::from_exception(std::make_exception_ptr(std::out_of_range("x")));
+  EXPECT_TRUE(x.has_exception());
+  EXPECT_THROW((void)x.value(), std::out_of_range);
+
+  Outcome<void> ok = Outcome<void>::success();
+  EXPECT_TRUE(ok.has_value());
+  EXPECT_NO_THROW(ok.value());
+  EXPECT_TRUE(Outcome<int>().has_value());
+  EXPECT_EQ(Outcome<int>().value(), 0);
+}
+
+TEST(Outcome, RefusesEmptyFailures) {
+  EXPECT_THROW(Outcome<int>::from_error({}), std::invalid_argument);
+  EXPECT_THROW(Outcome<int>::from_exception(nullptr), std::invalid_argument);
+}
+
+TEST(Outcome, RethrowKeepsTheExceptionObject) {
+  std::exception_ptr ep;
+  try {
+    throw std::runtime_error("same");
+  } catch (...) {
+    ep = std::current_exception();
+  }
+  const std::exception* original = nullptr;
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    original = &e;
+  }
+  auto o = Outcome<std::string>::from_exception(ep);
+  try {
+    (void)o.value();
+  } catch (const std::exception& e) {
+    EXPECT_EQ(&e, original);
+  }
+}
+
+TEST(Context, PropertiesAreTypedByNameAndType) {
+  Context ctx(*Clock::steady(), true);
+  Properties& p = ctx.properties();
+  const Key<int> a("a");
+  const Key<std::string> a_str("a");
+  EXPECT_TRUE(p.empty());
+  p.set(a, 1);
+  p.set(a_str, std::string("one"));
+  EXPECT_EQ(p.size(), 2U);
+  EXPECT_EQ(*p.try_get(a), 1);
+  EXPECT_EQ(*p.try_get(Key<int>("a")), 1);  // a new key with the same identity
+  EXPECT_EQ(*p.try_get(a_str), "one");
+  p.set(a, 2);
+  EXPECT_EQ(p.get_or(a, 0), 2);
+  EXPECT_EQ(p.get_or(Key<int>("missing"), 5), 5);
+  EXPECT_FALSE(p.contains(Key<int>("A")));  // case-sensitive
+  const Key<int*> null_key("");
+  p.set(null_key, static_cast<int*>(nullptr));  // a stored null is present
+  EXPECT_TRUE(p.contains(null_key));
+  EXPECT_TRUE(p.erase(a));
+  EXPECT_FALSE(p.erase(a));
+  EXPECT_EQ(p.try_get(a), nullptr);
+}
+
+TEST(Context, CancelledFollowsTheStopToken) {
+  std::stop_source s;
+  Context ctx(*Clock::steady(), true, s.get_token());
+  EXPECT_TRUE(ctx.synchronous());
+  EXPECT_FALSE(ctx.cancelled());
+  s.request_stop();
+  EXPECT_TRUE(ctx.cancelled());
+  EXPECT_EQ(ctx.attempt(), 0U);
+  EXPECT_EQ(ctx.deadline(), Clock::time_point::max());
+}
+
+TEST(ManualClock, MovesOnlyWhenAdvanced) {
+  auto clock = ManualClock::create();
+  const auto t0 = clock->now();
+  EXPECT_EQ(clock->now(), t0);
+  clock->advance(std::chrono::milliseconds(250));
+  EXPECT_EQ(clock->now() - t0, std::chrono::milliseconds(250));
+  clock->advance_to(t0);  // never backwards
+  EXPECT_EQ(clock->now() - t0, std::chrono::milliseconds(250));
+  EXPECT_THROW(clock->advance(-std::chrono::seconds(1)), std::invalid_argument);
+}
+
+/// A minimal ClockWaiter recording its completion.
+struct RecordingWaiter final : ClockWaiter {
+  explicit RecordingWaiter(asio::io_context& ioc) : ex(ioc.get_executor()) {}
+  asio::any_io_executor executor() const noexcept override { return ex; }
+  asio::cancellation_slot cancellation_slot() const noexcept override {
+    return const_cast<asio::cancellation_signal&>(signal).slot();
+  }
+  void complete(const boost::system::error_code& e) override {
+    ++completions;
+    ec = e;
+  }
+  void abandon() noexcept override { ++abandoned; }
+  asio::any_io_executor ex;
+  asio::cancellation_signal signal;
+  int completions = 0;
+  int abandoned = 0;
+  boost::system::error_code ec;
+};
+
+TEST(ManualClock, TimerFiresAtItsDeadlineOnItsExecutor) {
+  asio::io_context ioc;
+  auto clock = ManualClock::create();
+  RecordingWaiter w(ioc);
+  auto timer = clock->make_timer(ioc.get_executor());
+  timer->async_wait_until(clock->now() + std::chrono::seconds(2), w);
+  EXPECT_EQ(clock->pending_timers(), 1U);
+  clock->advance(std::chrono::seconds(1));
+  ioc.poll();
+  EXPECT_EQ(w.completions, 0);
+  clock->advance(std::chrono::seconds(1));
+  EXPECT_EQ(w.completions, 0);  // posted, not run inside advance()
+  ioc.poll();
+  EXPECT_EQ(w.completions, 1);
+  EXPECT_FALSE(w.ec);
+  EXPECT_EQ(clock->pending_timers(), 0U);
+}
+
+TEST(ManualClock, TimerCancellationThroughTheSlotAndCancel) {
+  asio::io_context ioc;
+  auto clock = ManualClock::create();
+  RecordingWaiter w(ioc);
+  auto timer = clock->make_timer(ioc.get_executor());
+  timer->async_wait_until(clock->now() + std::chrono::hours(1), w);
+  w.signal.emit(asio::cancellation_type::terminal);
+  ioc.poll();
+  EXPECT_EQ(w.completions, 1);
+  EXPECT_EQ(w.ec, asio::error::operation_aborted);
+  ioc.restart();
+  RecordingWaiter w2(ioc);
+  timer->async_wait_until(clock->now() + std::chrono::hours(1), w2);
+  timer->cancel();
+  timer->cancel();  // a second cancel has nothing left to cancel
+  ioc.poll();
+  EXPECT_EQ(w2.completions, 1);
+  EXPECT_EQ(w2.ec, asio::error::operation_aborted);
+}
+
+TEST(ManualClock, ATimerPastItsDeadlineCompletesAtOnceButNotInline) {
+  asio::io_context ioc;
+  auto clock = ManualClock::create();
+  RecordingWaiter w(ioc);
+  auto timer = clock->make_timer(ioc.get_executor());
+  timer->async_wait_until(clock->now(), w);
+  EXPECT_EQ(w.completions, 0);
+  ioc.poll();
+  EXPECT_EQ(w.completions, 1);
+}
+
+TEST(SteadyClock, SleepStopsWhenRequested) {
+  std::stop_source s;
+  s.request_stop();
+  EXPECT_FALSE(
+      Clock::steady()->sleep_until(Clock::steady()->now() + std::chrono::hours(1), s.get_token()));
+  EXPECT_TRUE(Clock::steady()->sleep_until(Clock::steady()->now(), {}));
+}
+
+}  // namespace
+}  // namespace kevlar

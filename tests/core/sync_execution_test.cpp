@@ -1,0 +1,220 @@
+#include "test_strategies.hpp"
+
+#include <kevlar/kevlar.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/error.hpp>
+
+#include <stdexcept>
+#include <stop_token>
+#include <thread>
+
+namespace kevlar {
+namespace {
+
+using test::EventLog;
+using test::Recorder;
+
+struct Boom : std::runtime_error {
+  Boom() : std::runtime_error("boom") {}
+};
+
+TEST(SyncExecution, EmptyShieldReturnsTheValue) {
+  const Shield shield;
+  EXPECT_EQ(shield.execute([] { return 42; }), 42);
+  EXPECT_EQ(shield.execute([](Context& ctx) { return static_cast<int>(ctx.attempt()); }), 0);
+}
+
+TEST(SyncExecution, StrategiesRunInChainOrderForAnyLength) {
+  for (int n = 1; n <= 6; ++n) {
+    EventLog log;
+    Shield shield;
+    for (int i = 0; i < n; ++i)
+      shield = shield.use(std::make_shared<Recorder>(std::to_string(i), log));
+    EXPECT_EQ(shield.execute([&] {
+      log.add("op");
+      return 7;
+    }),
+              7);
+    std::vector<std::string> expected;
+    for (int i = 0; i < n; ++i) expected.push_back(std::to_string(i) + ":start");
+    expected.push_back("op");
+    for (int i = n - 1; i >= 0; --i) {
+      expected.push_back(std::to_string(i) + ":inner");
+      expected.push_back(std::to_string(i) + ":finish");
+    }
+    EXPECT_EQ(log.events(), expected) << "n = " << n;
+  }
+}
+
+TEST(SyncExecution, ThrowsTheOriginalExceptionObject) {
+  const Boom* thrown = nullptr;
+  auto fn = [&]() -> int {
+    try {
+      throw Boom();
+    } catch (const Boom& b) {
+      thrown = &b;
+      throw;
+    }
+  };
+  for (const Shield& shield : {Shield{}, Shield{}.use(std::make_shared<test::PassThrough>())}) {
+    try {
+      (void)shield.execute(fn);
+      FAIL() << "no exception";
+    } catch (const Boom& caught) {
+      EXPECT_EQ(&caught, thrown) << shield.describe();
+    }
+  }
+}
+
+TEST(SyncExecution, StrategyErrorsThrowKevlarError) {
+  const Shield shield = Shield{}.use(std::make_shared<test::Reject>(errc::circuit_open));
+  bool ran = false;
+  try {
+    shield.execute([&] { ran = true; });
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.error(), errc::circuit_open);
+    EXPECT_EQ(e.code(), errc::circuit_open);
+    EXPECT_FALSE(e.retry_after().has_value());
+  }
+  EXPECT_FALSE(ran);
+}
+
+TEST(SyncExecution, OutcomeFormDoesNotThrow) {
+  const Shield shield = Shield{}.use(std::make_shared<test::PassThrough>());
+  auto ok = shield.execute_outcome([] { return 5; });
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok.value(), 5);
+  auto failed = shield.execute_outcome([]() -> int { throw Boom(); });
+  ASSERT_TRUE(failed.has_exception());
+  EXPECT_THROW(std::rethrow_exception(failed.exception()), Boom);
+  auto rejected = Shield{}.use(std::make_shared<test::Reject>()).execute_outcome([] { return 1; });
+  ASSERT_TRUE(rejected.has_error());
+  EXPECT_EQ(rejected.error(), errc::circuit_open);
+  auto v = Shield{}.execute_outcome([] {});
+  EXPECT_TRUE(v.has_value());
+}
+
+TEST(SyncExecution, PreCancelledCallNeverRunsTheFunction) {
+  std::stop_source source;
+  source.request_stop();
+  for (const Shield& shield : {Shield{}, Shield{}.use(std::make_shared<test::PassThrough>())}) {
+    bool ran = false;
+    try {
+      shield.execute([&] { ran = true; }, source.get_token());
+      FAIL() << "no exception";
+    } catch (const Error& e) {
+      EXPECT_TRUE(is_cancellation(e.error()));
+    }
+    auto outcome = shield.execute_outcome([&] { ran = true; }, source.get_token());
+    ASSERT_TRUE(outcome.has_error());
+    EXPECT_TRUE(is_cancellation(outcome.error()));
+    EXPECT_FALSE(ran);
+  }
+}
+
+TEST(SyncExecution, ContextSeesTheCallersStopToken) {
+  std::stop_source source;
+  const Shield shield = Shield{}.use(std::make_shared<test::PassThrough>());
+  const bool seen = shield.execute(
+      [&](Context& ctx) {
+        EXPECT_FALSE(ctx.cancelled());
+        source.request_stop();
+        return ctx.cancelled();
+      },
+      source.get_token());
+  EXPECT_TRUE(seen);
+}
+
+TEST(SyncExecution, RepeaterReinvokesTheFunctionAndSurfacesTheLastFailure) {
+  const Shield shield = Shield{}.use(std::make_shared<test::Repeat>(2));
+  int calls = 0;
+  std::vector<std::uint32_t> attempts;
+  try {
+    shield.execute([&](Context& ctx) -> int {
+      attempts.push_back(ctx.attempt());
+      throw std::runtime_error("failure " + std::to_string(++calls));
+    });
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "failure 3");
+  }
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(attempts, (std::vector<std::uint32_t>{1, 2, 3}));
+}
+
+TEST(SyncExecution, ContextPropertiesPersistAcrossAttempts) {
+  const Key<int> counter("counter");
+  const Shield shield = Shield{}.use(std::make_shared<test::Repeat>(3));
+  const int result = shield.execute([&](Context& ctx) {
+    const int n = ctx.properties().get_or(counter, 0) + 1;
+    ctx.properties().set(counter, n);
+    if (n < 3) throw std::runtime_error("again");
+    return n;
+  });
+  EXPECT_EQ(result, 3);
+}
+
+TEST(SyncExecution, AStrategyThatThrowsFailsTheExecutionWithItsException) {
+  EventLog log;
+  const Shield shield = Shield{}
+                            .use(std::make_shared<Recorder>("outer", log))
+                            .use(std::make_shared<test::Throwing>());
+  bool ran = false;
+  try {
+    shield.execute([&] { ran = true; });
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "strategy failed");
+  }
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(log.events(), (std::vector<std::string>{"outer:start", "outer:inner", "outer:finish"}));
+}
+
+TEST(SyncExecution, WaitsBlockOnTheShieldsClockUntilItIsAdvanced) {
+  auto clock = ManualClock::create();
+  const Shield shield =
+      Shield{}.use(std::make_shared<test::Delay>(std::chrono::seconds(5))).with_clock(clock);
+  std::atomic<bool> done{false};
+  std::jthread caller([&] {
+    EXPECT_EQ(shield.execute([] { return 1; }), 1);
+    done = true;
+  });
+  clock->wait_for_sleepers(1);
+  clock->advance(std::chrono::seconds(4));
+  EXPECT_EQ(clock->sleepers(), 1U);  // still blocked: the deadline is not reached
+  EXPECT_FALSE(done.load());
+  clock->advance(std::chrono::seconds(1));
+  caller.join();
+  EXPECT_TRUE(done.load());
+}
+
+TEST(SyncExecution, StoppingTheCallerCutsAWaitShort) {
+  auto clock = ManualClock::create();
+  const Shield shield =
+      Shield{}.use(std::make_shared<test::Delay>(std::chrono::hours(1))).with_clock(clock);
+  std::stop_source source;
+  bool ran = false;
+  std::jthread caller([&] {
+    auto outcome = shield.execute_outcome([&] { ran = true; }, source.get_token());
+    EXPECT_TRUE(outcome.has_error());
+    EXPECT_TRUE(is_cancellation(outcome.error()));
+  });
+  clock->wait_for_sleepers(1);
+  source.request_stop();
+  caller.join();
+  EXPECT_FALSE(ran);
+}
+
+TEST(SyncExecution, SuspendIsRefusedInSynchronousExecutions) {
+  struct Suspender final : Strategy {
+    std::string describe() const override { return "Suspender"; }
+    Step on_start(Layer&) override { return Step::suspend; }
+  };
+  const Shield shield = Shield{}.use(std::make_shared<Suspender>());
+  EXPECT_THROW(shield.execute([] {}), std::logic_error);
+}
+
+}  // namespace
+}  // namespace kevlar

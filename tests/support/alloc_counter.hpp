@@ -1,0 +1,46 @@
+// Allocation accounting for kevlar's tests and benchmarks.
+//
+// Linking kevlar_alloc_counter replaces the global operator new/delete (every form) and interposes
+// aligned_alloc, which Asio's recycling allocator may call directly. Counts are kept per thread and
+// per process; failure injection makes the N-th next allocation on this thread fail.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kevlar::testing {
+
+struct AllocStats {
+  std::uint64_t count = 0;  ///< allocations
+  std::uint64_t bytes = 0;  ///< bytes requested
+};
+
+/// Allocations made by the calling thread since it started.
+[[nodiscard]] AllocStats thread_allocations() noexcept;
+/// Allocations made by every thread since the process started.
+[[nodiscard]] AllocStats process_allocations() noexcept;
+
+/// Makes the allocation `n` allocations from now (0 = the next one) on the calling thread fail:
+/// operator new throws std::bad_alloc, aligned_alloc returns nullptr. Only one failure is armed at
+/// a time; disarm_allocation_failure() cancels it.
+void fail_allocation_after(std::uint64_t n) noexcept;
+void disarm_allocation_failure() noexcept;
+/// True if an armed failure has not fired yet.
+[[nodiscard]] bool allocation_failure_armed() noexcept;
+
+/// Counts the calling thread's allocations between construction and count()/bytes().
+class AllocScope {
+ public:
+  AllocScope() noexcept : start_(thread_allocations()) {}
+  [[nodiscard]] std::uint64_t count() const noexcept {
+    return thread_allocations().count - start_.count;
+  }
+  [[nodiscard]] std::uint64_t bytes() const noexcept {
+    return thread_allocations().bytes - start_.bytes;
+  }
+
+ private:
+  AllocStats start_;
+};
+
+}  // namespace kevlar::testing
