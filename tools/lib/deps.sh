@@ -1,0 +1,67 @@
+# shellcheck shell=bash disable=SC2034  # the arrays below are read by the scripts that source this
+# tools/lib/deps.sh — shared by tools/run-tests.sh and tools/run-sample.sh (sourced, not run).
+#
+# kevlar builds against Debian bookworm's packages. kevlar_ensure_packages installs only what is
+# missing: it asks dpkg first and touches apt (update + install) only when something is absent,
+# so a second run costs a few dpkg queries.
+
+# What the quick-start sample needs: a compiler, CMake, Ninja and Boost (Asio is header-only).
+KEVLAR_SAMPLE_PACKAGES=(g++ cmake ninja-build libboost1.81-dev)
+
+# What the whole test suite needs: both compilers, the clang sanitizer runtimes, ccache, and the
+# libraries Directory.cmake pins (GoogleTest, Google Benchmark, spdlog which brings fmt).
+KEVLAR_TEST_PACKAGES=(g++ clang libclang-rt-14-dev cmake ninja-build ccache libboost1.81-dev
+                      libgtest-dev libbenchmark-dev libspdlog-dev git python3)
+
+kevlar_banner() {
+  printf '\n======================================================================\n'
+  printf '== %s\n' "$*"
+  printf '======================================================================\n'
+}
+
+# kevlar_ensure_packages <debian package>...
+kevlar_ensure_packages() {
+  if ! command -v dpkg-query >/dev/null 2>&1; then
+    echo "deps: dpkg-query not found; these scripts expect Debian bookworm (or a derivative)" >&2
+    return 1
+  fi
+  local missing=() pkg
+  for pkg in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+      missing+=("$pkg")
+    fi
+  done
+  if ((${#missing[@]} == 0)); then
+    echo "deps: all $# required Debian packages are installed"
+    return 0
+  fi
+
+  local as_root=()
+  if ((EUID != 0)); then
+    if command -v sudo >/dev/null 2>&1; then
+      as_root=(sudo)
+    else
+      echo "deps: missing ${missing[*]}; run as root (or install sudo) to let this script add them" >&2
+      return 1
+    fi
+  fi
+  echo "deps: installing ${missing[*]}"
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# kevlar_setup_ccache: sets KEVLAR_CMAKE_LAUNCHER to the CMake arguments that put ccache in front
+# of the compiler (empty when ccache is absent) and exports ccache's settings: the cache lives in
+# ~/.cache/ccache unless CCACHE_DIR says otherwise; paths are hashed relative to the checkout so
+# separate clones share hits.
+kevlar_setup_ccache() {
+  KEVLAR_CMAKE_LAUNCHER=()
+  if command -v ccache >/dev/null 2>&1; then
+    export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+    export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+    export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+    mkdir -p "$CCACHE_DIR"
+    KEVLAR_CMAKE_LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  fi
+}

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# tools/run-tests.sh — builds kevlar and runs its whole test suite; CI (.ci/run) runs exactly this.
+#
+# On Debian bookworm, as root (or with sudo): installs missing packages, then runs four stages,
+# each in its own build directory under build/ with Ninja, ccache and -Werror:
+#   a  gcc-release    g++ Release: tests, benchmarks, samples, packaging tests; benchmark smoke run
+#   b  clang-release  clang++ Release: tests, benchmarks, samples
+#   c  gcc-asan       g++ AddressSanitizer + UBSan: tests
+#   d  gcc-tsan       g++ ThreadSanitizer: the tests labelled "concurrency"
+# Stops at the first failure. KEVLAR_STAGES="a c" runs a subset; KEVLAR_JOBS overrides -j2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=tools/lib/deps.sh
+source tools/lib/deps.sh
+
+jobs="${KEVLAR_JOBS:-2}"
+stages="${KEVLAR_STAGES:-a b c d}"
+summary=()
+current_stage=""
+started_at=$SECONDS
+
+on_exit() {
+  local rc=$?
+  if ((rc != 0)); then
+    echo
+    echo "run-tests: FAILED in stage ${current_stage:-setup} (exit $rc)${summary:+; passed before it: ${summary[*]}}" >&2
+  fi
+}
+trap on_exit EXIT
+
+kevlar_banner "setup: Debian packages and ccache"
+kevlar_ensure_packages "${KEVLAR_TEST_PACKAGES[@]}"
+kevlar_setup_ccache
+echo "ccache: ${CCACHE_DIR:-not used}"
+
+# Sanitizer runtimes of g++ 12 / clang 14 predate kernels that randomize mmap with more than
+# 28 bits and die at start-up there; run sanitized programs without address randomization then.
+sanitizer_runner=()
+prepare_sanitizers() {
+  local bits
+  bits=$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 0)
+  if ((bits <= 28)); then return 0; fi
+  if command -v setarch >/dev/null 2>&1 && setarch "$(uname -m)" -R true 2>/dev/null; then
+    sanitizer_runner=(setarch "$(uname -m)" -R)
+    echo "sanitizers: vm.mmap_rnd_bits=$bits; running sanitized builds and tests under setarch -R"
+  elif ((EUID == 0)) && sysctl -qw vm.mmap_rnd_bits=28 2>/dev/null; then
+    echo "sanitizers: lowered vm.mmap_rnd_bits from $bits to 28"
+  else
+    echo "sanitizers: warning: vm.mmap_rnd_bits=$bits and no way to lower it; sanitized tests may abort" >&2
+  fi
+}
+
+# configure_and_build <dir> <compiler> <build type> [cmake -D arguments...]
+configure_and_build() {
+  local dir=$1 cxx=$2 type=$3
+  shift 3
+  cmake -S . -B "$dir" -G Ninja \
+    -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE="$type" "${KEVLAR_CMAKE_LAUNCHER[@]}" \
+    -DKEVLAR_WARNINGS_AS_ERRORS=ON "$@"
+  "${sanitizer_runner[@]}" cmake --build "$dir" --parallel "$jobs"
+}
+
+# run_ctest <dir> [ctest arguments...]; leaves the test count in $tests_run.
+run_ctest() {
+  local dir=$1
+  shift
+  "${sanitizer_runner[@]}" ctest --test-dir "$dir" --output-on-failure --no-tests=error \
+    -j "$jobs" "$@" 2>&1 | tee "$dir/ctest.log"
+  tests_run=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$dir/ctest.log" | tail -1)
+}
+
+# finish_stage <label>: records the stage's time and test count for the final summary.
+finish_stage() {
+  local elapsed=$((SECONDS - stage_started))
+  summary+=("$1 ok ($(printf '%dm%02ds' $((elapsed / 60)) $((elapsed % 60))), ${tests_run:-?} tests)")
+  echo "run-tests: stage $1 passed in ${elapsed}s"
+}
+
+for stage in $stages; do
+  stage_started=$SECONDS
+  tests_run=""
+  case "$stage" in
+    a)
+      current_stage="a gcc-release"
+      kevlar_banner "stage a: g++ Release — tests, benchmarks, samples, packaging"
+      dir=build/ci-gcc-release
+      configure_and_build "$dir" g++ Release -DKEVLAR_BUILD_TESTS=ON -DKEVLAR_BUILD_BENCHMARKS=ON \
+        -DKEVLAR_BUILD_SAMPLES=ON -DKEVLAR_PACKAGE_TESTS=ON -DKEVLAR_SANITIZE=
+      run_ctest "$dir"
+      bench="$dir/benchmarks/kevlar_benchmarks"
+      if [[ -x "$bench" ]]; then
+        kevlar_banner "stage a: benchmark smoke run (BM_Overhead)"
+        "$bench" --benchmark_min_time=0.01 --benchmark_filter=BM_Overhead
+      else
+        echo "run-tests: no $bench; benchmark smoke run skipped"
+      fi
+      ;;
+    b)
+      current_stage="b clang-release"
+      kevlar_banner "stage b: clang++ Release — tests, benchmarks, samples"
+      dir=build/ci-clang-release
+      configure_and_build "$dir" clang++ Release -DKEVLAR_BUILD_TESTS=ON \
+        -DKEVLAR_BUILD_BENCHMARKS=ON -DKEVLAR_BUILD_SAMPLES=ON -DKEVLAR_PACKAGE_TESTS=OFF \
+        -DKEVLAR_SANITIZE=
+      run_ctest "$dir"
+      ;;
+    c)
+      current_stage="c gcc-asan"
+      kevlar_banner "stage c: g++ AddressSanitizer + UndefinedBehaviorSanitizer — tests"
+      prepare_sanitizers
+      dir=build/ci-gcc-asan
+      configure_and_build "$dir" g++ RelWithDebInfo "-DKEVLAR_SANITIZE=address;undefined" \
+        -DKEVLAR_BUILD_TESTS=ON -DKEVLAR_BUILD_BENCHMARKS=OFF -DKEVLAR_BUILD_SAMPLES=OFF \
+        -DKEVLAR_PACKAGE_TESTS=OFF
+      ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest "$dir"
+      ;;
+    d)
+      current_stage="d gcc-tsan"
+      kevlar_banner "stage d: g++ ThreadSanitizer — tests labelled concurrency"
+      prepare_sanitizers
+      dir=build/ci-gcc-tsan
+      configure_and_build "$dir" g++ RelWithDebInfo -DKEVLAR_SANITIZE=thread \
+        -DKEVLAR_BUILD_TESTS=ON -DKEVLAR_BUILD_BENCHMARKS=OFF -DKEVLAR_BUILD_SAMPLES=OFF \
+        -DKEVLAR_PACKAGE_TESTS=OFF
+      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest "$dir" -L concurrency
+      ;;
+    *)
+      echo "run-tests: unknown stage '$stage' in KEVLAR_STAGES (use a, b, c, d)" >&2
+      exit 2
+      ;;
+  esac
+  finish_stage "$current_stage"
+done
+
+current_stage=""
+total=$((SECONDS - started_at))
+kevlar_banner "run-tests: ALL STAGES PASSED in $(printf '%dm%02ds' $((total / 60)) $((total % 60)))"
+printf -v summary_line '%s | ' "${summary[@]}"
+echo "run-tests summary: ${summary_line% | }"
