@@ -5,6 +5,7 @@
 
 #include <boost/system/error_code.hpp>
 
+#include <chrono>
 #include <exception>
 #include <optional>
 #include <stdexcept>
@@ -37,18 +38,27 @@ struct OutcomeState {
   OutcomeKind kind = OutcomeKind::value;
   boost::system::error_code error;
   std::exception_ptr exception;
-  void* slot = nullptr;           ///< typed storage owned by the call
-  const ValueOps* ops = nullptr;  ///< operations on `slot`
+  std::optional<std::chrono::nanoseconds> retry_after;  ///< set by rejections
+  void* slot = nullptr;                                 ///< typed storage owned by the call
+  const ValueOps* ops = nullptr;                        ///< operations on `slot`
 
   void set_error(const boost::system::error_code& ec) noexcept {
     kind = OutcomeKind::error;
     error = ec;
     exception = nullptr;
+    retry_after.reset();
   }
   void set_exception(std::exception_ptr ep) noexcept {
     kind = OutcomeKind::exception;
     error.clear();
     exception = std::move(ep);
+    retry_after.reset();
+  }
+  void set_success() noexcept {
+    kind = OutcomeKind::value;
+    error.clear();
+    exception = nullptr;
+    retry_after.reset();
   }
 };
 
@@ -111,8 +121,20 @@ class OutcomeRef {
     return state_->ops != nullptr ? state_->ops->get(state_->slot) : nullptr;
   }
 
+  /// For a rejection: when the rejecting strategy expects to admit a call again.
+  [[nodiscard]] std::optional<std::chrono::nanoseconds> retry_after() const noexcept {
+    return state_->retry_after;
+  }
+
   /// Replaces the outcome with an error code.
   void set_error(const boost::system::error_code& ec) noexcept { state_->set_error(ec); }
+  /// Replaces the outcome with a rejection: an error code and, when known, how long until the
+  /// strategy expects to admit a call (carried by kevlar::Error::retry_after()).
+  void set_rejection(const boost::system::error_code& ec,
+                     std::optional<std::chrono::nanoseconds> retry_after) noexcept {
+    state_->set_error(ec);
+    state_->retry_after = retry_after;
+  }
   /// Replaces the outcome with an exception.
   void set_exception(std::exception_ptr ep) noexcept { state_->set_exception(std::move(ep)); }
   /// Replaces the outcome with a success carrying `value`. Returns false (and changes nothing)
@@ -121,9 +143,7 @@ class OutcomeRef {
   bool set_value(const T& value) {
     if (state_->ops == nullptr || *state_->ops->type != typeid(T)) return false;
     state_->ops->assign(state_->slot, &value);
-    state_->kind = OutcomeKind::value;
-    state_->error.clear();
-    state_->exception = nullptr;
+    state_->set_success();
     return true;
   }
 
@@ -155,9 +175,12 @@ class Outcome {
   /// A success for `Outcome<void>`.
   static Outcome success() requires std::is_void_v<T> { return Outcome(std::in_place_index<0>); }
   /// A failure carrying an error code. An empty code is refused with std::invalid_argument.
-  static Outcome from_error(const boost::system::error_code& ec) {
+  static Outcome from_error(const boost::system::error_code& ec,
+                            std::optional<std::chrono::nanoseconds> retry_after = {}) {
     if (!ec) throw std::invalid_argument("kevlar::Outcome::from_error: the error code is empty");
-    return Outcome(std::in_place_index<1>, ec);
+    Outcome o(std::in_place_index<1>, ec);
+    o.retry_after_ = retry_after;
+    return o;
   }
   /// A failure carrying an exception. A null pointer is refused with std::invalid_argument.
   static Outcome from_exception(std::exception_ptr ep) {
@@ -176,6 +199,10 @@ class Outcome {
   /// The error code (empty unless has_error()).
   [[nodiscard]] boost::system::error_code error() const noexcept {
     return has_error() ? std::get<1>(v_) : boost::system::error_code{};
+  }
+  /// For rejections: how long until the rejecting strategy expects to admit a call.
+  [[nodiscard]] std::optional<std::chrono::nanoseconds> retry_after() const noexcept {
+    return retry_after_;
   }
   /// The exception (null unless has_exception()).
   [[nodiscard]] std::exception_ptr exception() const noexcept {
@@ -200,7 +227,7 @@ class Outcome {
   /// Throws what the failure carries: the original exception object, or kevlar::Error(code).
   void rethrow_if_failed() const {
     if (has_exception()) std::rethrow_exception(std::get<2>(v_));
-    if (has_error()) throw Error(std::get<1>(v_));
+    if (has_error()) throw Error(std::get<1>(v_), retry_after_);
   }
 
  private:
@@ -208,6 +235,7 @@ class Outcome {
   explicit Outcome(std::in_place_index_t<I> i, A&&... a) : v_(i, std::forward<A>(a)...) {}
 
   std::variant<Stored, boost::system::error_code, std::exception_ptr> v_;
+  std::optional<std::chrono::nanoseconds> retry_after_;
 };
 
 }  // namespace kevlar

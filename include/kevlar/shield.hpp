@@ -22,6 +22,7 @@
 
 #include <concepts>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -32,6 +33,13 @@
 #include <vector>
 
 namespace kevlar {
+
+struct RetryOptions;
+struct TimeoutOptions;
+struct CircuitBreakerOptions;
+struct ConcurrencyLimitOptions;
+template <class T>
+struct FallbackOptions;
 
 namespace detail {
 
@@ -117,6 +125,41 @@ class Shield {
   /// Concatenates shields in order (the first is outermost); see wrap().
   [[nodiscard]] static Shield compose(std::initializer_list<Shield> shields);
 
+  // ---- built-in strategies -----------------------------------------------------------------
+  // Each is declared here for the fluent chain and defined with its strategy under
+  // strategies/<name>/ (include <kevlar/kevlar.hpp>, or the strategy's own header, to call it).
+  // Options are validated here, when the shield is built: invalid values throw
+  // std::invalid_argument naming the option.
+
+  /// Appends a retry strategy: `max_retries` retries after the first attempt, Kevlar's default
+  /// backoff (exponential from 250 ms x2 with jitter, at most 30 s). See <kevlar/retry.hpp>.
+  [[nodiscard]] Shield retry(int max_retries = 3) const;
+  /// Appends a retry strategy configured by `options`. See <kevlar/retry.hpp>.
+  [[nodiscard]] Shield retry(const RetryOptions& options) const;
+
+  /// Appends a timeout: outside a retry it bounds the whole call, inside it each attempt.
+  /// See <kevlar/timeout.hpp>.
+  [[nodiscard]] Shield timeout(Clock::duration timeout) const;
+  [[nodiscard]] Shield timeout(const TimeoutOptions& options) const;
+
+  /// Appends a circuit breaker opening after `consecutive_failures` handled failures in a row,
+  /// for `break_duration`. See <kevlar/circuit_breaker.hpp>.
+  [[nodiscard]] Shield circuit_breaker(int consecutive_failures,
+                                       Clock::duration break_duration) const;
+  [[nodiscard]] Shield circuit_breaker(const CircuitBreakerOptions& options) const;
+
+  /// Appends a concurrency limit: at most `max_concurrency` calls run at once and at most
+  /// `max_queue` wait. See <kevlar/concurrency_limit.hpp>.
+  [[nodiscard]] Shield concurrency_limit(int max_concurrency, int max_queue = 0) const;
+  [[nodiscard]] Shield concurrency_limit(const ConcurrencyLimitOptions& options) const;
+
+  /// Appends a fallback replacing handled failures with `value` (calls whose result type is T).
+  /// See <kevlar/fallback.hpp>.
+  template <class T>
+  [[nodiscard]] Shield fallback(T value) const;
+  template <class T>
+  [[nodiscard]] Shield fallback(FallbackOptions<T> options) const;
+
   // ---- inspecting ----------------------------------------------------------------------------
 
   /// The pipeline, outermost first, e.g. `api: Timeout(30s) -> Retry(3, constant 1s)`;
@@ -146,8 +189,12 @@ class Shield {
       -> std::remove_cvref_t<typename detail::SyncResult<std::remove_reference_t<F>>::type> {
     if (p_ == nullptr || p_->layers.empty()) {
       if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
-      Context ctx(clock(), true, std::move(stop));
-      return detail::invoke_sync(fn, ctx);
+      if constexpr (std::invocable<F&, Context&>) {
+        Context ctx(clock(), true, std::move(stop));
+        return std::invoke(fn, ctx);
+      } else {
+        return std::invoke(fn);
+      }
     }
     return execute_outcome(fn, std::move(stop)).value();
   }

@@ -81,6 +81,13 @@ class Layer {
   /// again: it surfaces as the execution's failure).
   [[nodiscard]] bool handled() const noexcept;
 
+  /// Replaces the deadline synchronous code sees through Context::deadline() and
+  /// Context::cancelled() (a timeout's cooperative budget), returning the previous one, which the
+  /// strategy restores when it finishes. A deadline also cuts short the engine's waits.
+  Clock::time_point exchange_deadline(Clock::time_point deadline) const noexcept {
+    return call_->exchange_deadline(deadline);
+  }
+
   /// Asks the engine to wait until `deadline` (Step::wait); returns Step::wait.
   Step wait_until(Clock::time_point deadline) const noexcept {
     call_->set_wait_deadline(deadline);

@@ -178,17 +178,13 @@ class AsyncCall final : public CallBase {
       if (e) {
         outcome_.set_error(e);
       } else {
-        outcome_.kind = OutcomeKind::value;
-        outcome_.error.clear();
-        outcome_.exception = nullptr;
+        outcome_.set_success();
       }
     } else {
       if (e) {
         outcome_.set_exception(std::forward<E>(e));
       } else {
-        outcome_.kind = OutcomeKind::value;
-        outcome_.error.clear();
-        outcome_.exception = nullptr;
+        outcome_.set_success();
       }
     }
   }
@@ -267,7 +263,7 @@ class AsyncCall final : public CallBase {
         case OutcomeKind::error:
           break;
       }
-      return std::make_exception_ptr(Error(outcome_.error));
+      return std::make_exception_ptr(Error(outcome_.error, outcome_.retry_after));
     }
   }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <utility>
 
 namespace kevlar {
 
@@ -88,6 +89,9 @@ class CallBase : private ClockWaiter {
   [[nodiscard]] bool synchronous() const noexcept { return context_->synchronous(); }
 
   void set_wait_deadline(Clock::time_point t) noexcept { wait_deadline_ = t; }
+  Clock::time_point exchange_deadline(Clock::time_point t) noexcept {
+    return std::exchange(context_->deadline_, t);
+  }
 
   // Asynchronous executions only.
   [[nodiscard]] virtual boost::asio::any_io_executor call_executor() const noexcept = 0;

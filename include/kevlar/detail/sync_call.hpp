@@ -97,7 +97,7 @@ class SyncCall final : public CallBase {
           return Outcome<R>::from_value(std::move(*value_));
         }
       case OutcomeKind::error:
-        return Outcome<R>::from_error(outcome_.error);
+        return Outcome<R>::from_error(outcome_.error, outcome_.retry_after);
       case OutcomeKind::exception:
         break;
     }
@@ -112,9 +112,7 @@ class SyncCall final : public CallBase {
       } else {
         value_.emplace(invoke_sync(fn_, context()));
       }
-      outcome_.kind = OutcomeKind::value;
-      outcome_.error.clear();
-      outcome_.exception = nullptr;
+      outcome_.set_success();
     } catch (...) {
       outcome_.set_exception(std::current_exception());
     }
