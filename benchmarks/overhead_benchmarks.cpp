@@ -1,0 +1,133 @@
+// BM_Overhead: what an empty shield (and a one-strategy pipeline) adds to a call.
+#include "bench_support.hpp"
+
+#include <kevlar/kevlar.hpp>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <memory>
+
+namespace {
+
+namespace asio = boost::asio;
+
+[[gnu::noinline]] int work(int x) {
+  benchmark::DoNotOptimize(x);
+  return x + 1;
+}
+
+/// An Asio operation that completes with (error_code, int) through a post: the smallest real
+/// asynchronous operation, so the loop stays idle (no reactor).
+template <class Token>
+auto async_work(const asio::any_io_executor& ex, int x, Token&& token) {
+  return asio::async_initiate<Token, void(boost::system::error_code, int)>(
+      [ex](auto handler, int v) {
+        auto hex = asio::get_associated_executor(handler, ex);
+        asio::post(hex, asio::append(std::move(handler), boost::system::error_code(), v + 1));
+      },
+      token, x);
+}
+
+class PassThrough final : public kevlar::Strategy {
+ public:
+  std::string describe() const override { return "PassThrough"; }
+  kevlar::Step on_start(kevlar::Layer&) override { return kevlar::Step::run_inner; }
+};
+
+const kevlar::Shield& empty_shield() {
+  static const kevlar::Shield s;
+  return s;
+}
+
+const kevlar::Shield& one_layer_shield() {
+  static const kevlar::Shield s = kevlar::Shield{}.use(std::make_shared<PassThrough>());
+  return s;
+}
+
+void BM_Overhead_raw_sync(benchmark::State& state) {
+  int x = 0;
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) {
+    x = work(x);
+    benchmark::DoNotOptimize(x);
+  }
+  allocs.report(state);
+  state.SetLabel("no event loop");
+}
+
+void run_sync(benchmark::State& state, const kevlar::Shield& shield) {
+  int x = 0;
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) {
+    x = shield.execute([x] { return work(x); });
+    benchmark::DoNotOptimize(x);
+  }
+  allocs.report(state);
+  state.SetLabel("no event loop");
+}
+
+void BM_Overhead_shield_sync(benchmark::State& state) {
+  run_sync(state, empty_shield());
+}
+void BM_Overhead_one_layer_sync(benchmark::State& state) {
+  run_sync(state, one_layer_shield());
+}
+
+/// Runs `body` (a coroutine holding the benchmark loop) on an idle io_context.
+template <class Body>
+void run_in_coroutine(benchmark::State& state, Body body) {
+  asio::io_context ioc(1);
+  kevlar::bench::AllocReport allocs;
+  asio::co_spawn(ioc, body(), [](std::exception_ptr ep) {
+    if (ep) std::rethrow_exception(ep);
+  });
+  ioc.run();
+  allocs.report(state);
+  state.SetLabel("idle loop");
+}
+
+void BM_Overhead_raw_async(benchmark::State& state) {
+  run_in_coroutine(state, [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    int x = 0;
+    for (auto _ : state) {
+      x = co_await async_work(ex, x, asio::deferred);
+      benchmark::DoNotOptimize(x);
+    }
+  });
+}
+
+void run_async(benchmark::State& state, const kevlar::Shield& shield) {
+  run_in_coroutine(state, [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    int x = 0;
+    for (auto _ : state) {
+      x = co_await shield.execute_async(
+          [&](auto token) { return async_work(ex, x, std::move(token)); });
+      benchmark::DoNotOptimize(x);
+    }
+  });
+}
+
+void BM_Overhead_shield_async(benchmark::State& state) {
+  run_async(state, empty_shield());
+}
+void BM_Overhead_one_layer_async(benchmark::State& state) {
+  run_async(state, one_layer_shield());
+}
+
+}  // namespace
+
+BENCHMARK(BM_Overhead_raw_sync)->Name("BM_Overhead/raw_sync");
+BENCHMARK(BM_Overhead_shield_sync)->Name("BM_Overhead/shield_sync");
+BENCHMARK(BM_Overhead_one_layer_sync)->Name("BM_Overhead/one_layer_sync");
+BENCHMARK(BM_Overhead_raw_async)->Name("BM_Overhead/raw_async");
+BENCHMARK(BM_Overhead_shield_async)->Name("BM_Overhead/shield_async");
+BENCHMARK(BM_Overhead_one_layer_async)->Name("BM_Overhead/one_layer_async");
