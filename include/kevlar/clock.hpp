@@ -35,6 +35,10 @@ class Clock {
   /// The current time. Monotonic.
   [[nodiscard]] virtual time_point now() const noexcept = 0;
 
+  /// The current time at a resolution of a few milliseconds, for hot paths that bucket time
+  /// coarsely (a circuit breaker's sampling window). Monotonic. Defaults to now().
+  [[nodiscard]] virtual time_point coarse_now() const noexcept { return now(); }
+
   /// Blocks the calling thread until `deadline` or until `stop` is requested, whichever is first.
   /// Returns true if the deadline was reached, false if the wait was stopped.
   virtual bool sleep_until(time_point deadline, std::stop_token stop) const = 0;
