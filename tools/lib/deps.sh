@@ -58,7 +58,7 @@ kevlar_ensure_packages() {
 kevlar_setup_ccache() {
   KEVLAR_CMAKE_LAUNCHER=()
   if command -v ccache >/dev/null 2>&1; then
-    export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+    export CCACHE_DIR="${CCACHE_DIR:-${HOME:-/root}/.cache/ccache}"
     export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
     export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
     mkdir -p "$CCACHE_DIR"
