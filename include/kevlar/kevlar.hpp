@@ -5,6 +5,8 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/error.hpp>
+#include <kevlar/fallback.hpp>
 #include <kevlar/outcome.hpp>
+#include <kevlar/retry.hpp>
 #include <kevlar/shield.hpp>
 #include <kevlar/strategy.hpp>

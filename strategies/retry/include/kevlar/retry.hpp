@@ -1,0 +1,203 @@
+// kevlar — the retry strategy and its backoff: re-run a call whose outcome the clause handles.
+#pragma once
+
+#include <kevlar/clock.hpp>
+#include <kevlar/context.hpp>
+#include <kevlar/outcome.hpp>
+#include <kevlar/shield.hpp>
+#include <kevlar/strategy.hpp>
+
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace kevlar {
+
+/// `RetryOptions::max_retries` value that retries for as long as the clause handles the outcome
+/// (describe() prints `RetryForever(...)`).
+inline constexpr int retry_forever = std::numeric_limits<int>::max();
+
+/// The delays between attempts: a small value type with a pure, sans-I/O `delay(attempt)`.
+///
+/// Kinds (`attempt` is the 1-based retry number: 1 is the wait before the second call):
+/// - none(): no delay; constant(d): always `d`;
+/// - linear(step, max_delay): `step * attempt`, no jitter;
+/// - exponential(initial, factor, max_delay, jitter): `initial * factor^(attempt - 1)`, multiplied
+///   when `jitter` is on by a uniform random factor in [0.5, 1.5);
+/// - custom(fn): whatever `fn(attempt)` returns (negative values become 0).
+/// Linear and exponential backoffs without `max_delay` stop growing at one day (implicit_cap).
+/// The arithmetic never overflows: a delay that would exceed its cap is the cap, a NaN is 0, and a
+/// zero initial delay stays zero whatever the power.
+///
+/// A default-constructed Backoff is Kevlar's default: exponential from 250 ms, factor 2, jitter
+/// on, at most 30 s.
+///
+/// Randomness: jitter draws from a per-thread generator (no lock, no allocation), or from the
+/// source given to with_random() — tests inject a fixed one to make jitter deterministic.
+///
+/// Thread-safety: immutable once built; delay() may be called from any number of threads (a
+/// random source given to with_random() must then be thread-safe too).
+class Backoff {
+ public:
+  /// The shape of the delay sequence.
+  enum class Kind : unsigned char { constant, linear, exponential, custom };
+
+  /// A source of uniform doubles in [0, 1) for the jitter (out-of-range values are clamped).
+  using RandomSource = std::function<double()>;
+  /// A custom delay sequence: the delay before retry number `attempt` (1-based).
+  using Function = std::function<Clock::duration(int attempt)>;
+
+  /// The longest delay kevlar accepts anywhere: (2^32 - 2) ms, about 49.7 days (Kevlar's limit).
+  static constexpr Clock::duration max_delay_limit = std::chrono::milliseconds(4294967294LL);
+  /// The cap of linear and exponential backoffs built without `max_delay`.
+  static constexpr Clock::duration implicit_cap = std::chrono::hours(24);
+
+  /// Kevlar's default: exponential(250ms, 2.0, 30s, jitter on).
+  Backoff() = default;
+
+  /// No delay between attempts (describe(): `no delay`).
+  [[nodiscard]] static Backoff none() { return constant(Clock::duration::zero()); }
+  /// Always `delay`. Throws std::invalid_argument unless 0 <= delay <= max_delay_limit.
+  [[nodiscard]] static Backoff constant(Clock::duration delay);
+  /// `step * attempt`, capped at `max_delay` (or implicit_cap). Throws std::invalid_argument for a
+  /// negative step or a max_delay outside [0, max_delay_limit].
+  [[nodiscard]] static Backoff linear(Clock::duration step,
+                                      std::optional<Clock::duration> max_delay = std::nullopt);
+  /// `initial * factor^(attempt - 1)`, jittered in [0.5, 1.5) when `jitter`, capped at
+  /// `max_delay` (or implicit_cap). Throws std::invalid_argument for a negative initial delay, a
+  /// factor that is not finite or below 1, or a max_delay outside [0, max_delay_limit].
+  [[nodiscard]] static Backoff exponential(Clock::duration initial, double factor = 2.0,
+                                           std::optional<Clock::duration> max_delay = std::nullopt,
+                                           bool jitter = true);
+  /// `fn(attempt)`; negative results become 0 and results above max_delay_limit become the limit.
+  /// Throws std::invalid_argument for an empty function.
+  [[nodiscard]] static Backoff custom(Function fn);
+
+  /// A copy drawing its jitter from `random` instead of the per-thread generator (an empty
+  /// function restores the per-thread generator).
+  [[nodiscard]] Backoff with_random(RandomSource random) const;
+
+  /// The delay before retry number `attempt` (1-based), drawing the jitter sample from the random
+  /// source. Throws std::invalid_argument for `attempt < 1`. A custom function's exception
+  /// propagates.
+  [[nodiscard]] Clock::duration delay(int attempt) const;
+  /// The same with an explicit jitter sample `u` in [0, 1) (the jitter factor is 0.5 + u):
+  /// a pure function of its arguments.
+  [[nodiscard]] Clock::duration delay(int attempt, double u) const;
+
+  /// E.g. `exponential 250ms x2 +jitter <=30s`, `constant 1s`, `no delay`,
+  /// `linear 500ms steps`, `custom backoff`.
+  [[nodiscard]] std::string describe() const;
+
+  [[nodiscard]] Kind kind() const noexcept { return kind_; }
+  /// The constant delay, the linear step or the exponential initial delay.
+  [[nodiscard]] Clock::duration base() const noexcept { return base_; }
+  [[nodiscard]] double factor() const noexcept { return factor_; }
+  [[nodiscard]] bool jitter() const noexcept { return jitter_; }
+  /// The explicit cap given to linear() or exponential(), if any.
+  [[nodiscard]] const std::optional<Clock::duration>& max_delay() const noexcept {
+    return max_delay_;
+  }
+
+ private:
+  Kind kind_ = Kind::exponential;
+  Clock::duration base_ = std::chrono::milliseconds(250);
+  double factor_ = 2.0;
+  std::optional<Clock::duration> max_delay_ = std::chrono::seconds(30);
+  bool jitter_ = true;
+  Function custom_;
+  RandomSource random_;
+};
+
+/// What the retry hooks see for one retry.
+///
+/// Valid only during the hook call: do not keep references to the outcome or the context.
+struct RetryEvent {
+  /// The retry number: 1 for the first retry (before the second call), 2 for the next...
+  int attempt;
+  /// The delay before the next call: the backoff's, capped by max_delay; for on_retry, after the
+  /// delay generator.
+  Clock::duration delay;
+  /// The handled outcome of the call that just failed (read-only): error(), exception(), or for a
+  /// result the clause judged bad, value_if<T>().
+  OutcomeRef outcome;
+  /// The execution's context (attempt(), properties()).
+  Context& context;
+};
+
+/// Options of the retry strategy, with Kevlar's defaults. Copied into the strategy when the shield
+/// is built: changing an options object afterwards changes nothing.
+///
+/// Hooks are synchronous `std::function`s run inline on the execution's completion path (the
+/// thread or executor that completed the failed call), one execution at a time but concurrently
+/// across executions: they must be thread-safe and quick. There are no asynchronous hook variants
+/// (Kevlar's OnRetryAsync / DelayGeneratorAsync): an asynchronous hook would need a scheduler hop
+/// and an allocation per retry; work that must itself be asynchronous belongs in a strategy of its
+/// own (see <kevlar/strategy.hpp>), which can wait with Layer::wait_handler().
+///
+/// A hook or generator that throws ends the execution with that exception (the same object): no
+/// later hook runs and no further call is made.
+struct RetryOptions {
+  /// Retries after the first call (at most max_retries + 1 calls); 0 never retries;
+  /// kevlar::retry_forever retries without limit. Must not be negative.
+  int max_retries = 3;
+  /// The delay sequence; default exponential 250 ms x2 with jitter, at most 30 s.
+  Backoff backoff{};
+  /// An absolute cap on every delay, including the delay generator's. In [0, max_delay_limit].
+  std::optional<Clock::duration> max_delay;
+  /// Overrides the delay: called with the backoff's (capped) delay; a returned value >= 0 replaces
+  /// it (then capped by max_delay); std::nullopt or a negative value keeps it. Typical use:
+  /// honouring a server's "retry after" (e.g. kevlar::Error::retry_after()).
+  std::function<std::optional<Clock::duration>(const RetryEvent&)> delay_generator;
+  /// Told about each retry, with the final delay, before the wait starts.
+  std::function<void(const RetryEvent&)> on_retry;
+};
+
+/// Re-runs the inner part of the pipeline while the clause in force where it was added handles the
+/// outcome, up to RetryOptions::max_retries times, waiting the backoff's delay in between (the
+/// thread sleeps on the shield's clock in Shield::execute; an asynchronous execution arms a clock
+/// timer bound to the caller's cancellation).
+///
+/// Per failed call: it stops — the outcome surfaces unchanged, so exhausted retries surface the
+/// last failure — when the retries are used up, the clause does not handle the outcome, or the
+/// caller has cancelled (the original failure is returned, not a cancellation). Otherwise: delay =
+/// backoff.delay(n), capped by max_delay; delay_generator; capped again; on_retry; if the caller
+/// cancelled during the hooks the execution ends with `operation_aborted`; wait `delay` (a
+/// cancellation during the wait ends it with `operation_aborted`); call again. Caller
+/// cancellation means the caller's stop token or cancellation slot, or a strategy outside this
+/// one (a timeout's budget).
+///
+/// Completion: through the pipeline; adds no hop. Thread-safety: stateless; one instance serves
+/// any number of concurrent executions (the retry count lives in the execution's frame).
+class RetryStrategy final : public Strategy {
+ public:
+  /// Validates `options`: std::invalid_argument naming the option for a negative max_retries or a
+  /// max_delay outside [0, Backoff::max_delay_limit].
+  explicit RetryStrategy(RetryOptions options);
+
+  /// The options it was built with.
+  [[nodiscard]] const RetryOptions& options() const noexcept { return options_; }
+
+  /// The delay before retry number `attempt` before hooks: the backoff's delay capped by
+  /// max_delay (sans-I/O; draws jitter from the backoff's random source).
+  [[nodiscard]] Clock::duration planned_delay(int attempt) const;
+
+  /// `Retry(3, exponential 250ms x2 +jitter <=30s)`, `Retry(2, constant 1s, <=10s)`,
+  /// `RetryForever(no delay)`.
+  [[nodiscard]] std::string describe() const override;
+  [[nodiscard]] StrategyTraits traits() const noexcept override;
+  Step on_start(Layer& layer) override;
+  Step on_inner_complete(Layer& layer) override;
+  Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) override;
+
+ private:
+  [[nodiscard]] Clock::duration cap(Clock::duration d) const noexcept;
+
+  RetryOptions options_;
+};
+
+}  // namespace kevlar

@@ -1,0 +1,278 @@
+// The retry strategy: a loop over the engine's steps, its decisions taken by Backoff (pure) and a
+// per-execution retry counter kept in the layer's frame.
+#include <kevlar/detail/duration_format.hpp>
+#include <kevlar/retry.hpp>
+
+#include <boost/asio/error.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <utility>
+
+namespace kevlar {
+namespace {
+
+/// A uniform double in [0, 1) from a per-thread splitmix64 generator: no lock, no allocation.
+double thread_random() noexcept {
+  thread_local std::uint64_t state = [] {
+    const int anchor = 0;
+    return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+           (reinterpret_cast<std::uintptr_t>(&anchor) * 0x9E3779B97F4A7C15ULL);
+  }();
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
+  z ^= z >> 31U;
+  return static_cast<double>(z >> 11U) * 0x1.0p-53;
+}
+
+void check_delay(const char* where, const char* what, Clock::duration d) {
+  if (d < Clock::duration::zero() || d > Backoff::max_delay_limit) {
+    throw std::invalid_argument(std::string("kevlar::") + where + ": " + what +
+                                " must be between 0 and " +
+                                detail::format_duration(Backoff::max_delay_limit) + " (got " +
+                                detail::format_duration(d) + ")");
+  }
+}
+
+/// `0.#` formatting of a factor (2 -> "2", 1.5 -> "1.5").
+std::string format_factor(double f) {
+  const auto tenths = static_cast<std::int64_t>(std::llround(f * 10));
+  std::string out = std::to_string(tenths / 10);
+  if (tenths % 10 != 0) {
+    out += '.';
+    out += static_cast<char>('0' + tenths % 10);
+  }
+  return out;
+}
+
+/// True if the caller (or a strategy outside `layer`) cancelled the execution: its cancellation
+/// slot or stop token, or a cooperative deadline set outside this layer that has passed.
+bool caller_cancelled(const Layer& layer) noexcept {
+  return layer.cancelled_from_outside() || layer.context().cancelled();
+}
+
+}  // namespace
+
+// ---- Backoff ------------------------------------------------------------------------------------
+
+Backoff Backoff::constant(Clock::duration delay) {
+  check_delay("Backoff::constant", "delay", delay);
+  Backoff b;
+  b.kind_ = Kind::constant;
+  b.base_ = delay;
+  b.factor_ = 1.0;
+  b.max_delay_.reset();
+  b.jitter_ = false;
+  return b;
+}
+
+Backoff Backoff::linear(Clock::duration step, std::optional<Clock::duration> max_delay) {
+  if (step < Clock::duration::zero()) {
+    throw std::invalid_argument("kevlar::Backoff::linear: step must not be negative (got " +
+                                detail::format_duration(step) + ")");
+  }
+  if (max_delay) check_delay("Backoff::linear", "max_delay", *max_delay);
+  Backoff b;
+  b.kind_ = Kind::linear;
+  b.base_ = step;
+  b.factor_ = 1.0;
+  b.max_delay_ = max_delay;
+  b.jitter_ = false;
+  return b;
+}
+
+Backoff Backoff::exponential(Clock::duration initial, double factor,
+                             std::optional<Clock::duration> max_delay, bool jitter) {
+  if (initial < Clock::duration::zero()) {
+    throw std::invalid_argument("kevlar::Backoff::exponential: initial must not be negative (got " +
+                                detail::format_duration(initial) + ")");
+  }
+  if (!std::isfinite(factor) || factor < 1.0) {
+    throw std::invalid_argument(
+        "kevlar::Backoff::exponential: factor must be finite and at least 1");
+  }
+  if (max_delay) check_delay("Backoff::exponential", "max_delay", *max_delay);
+  Backoff b;
+  b.kind_ = Kind::exponential;
+  b.base_ = initial;
+  b.factor_ = factor;
+  b.max_delay_ = max_delay;
+  b.jitter_ = jitter;
+  return b;
+}
+
+Backoff Backoff::custom(Function fn) {
+  if (!fn) throw std::invalid_argument("kevlar::Backoff::custom: the function is empty");
+  Backoff b;
+  b.kind_ = Kind::custom;
+  b.base_ = Clock::duration::zero();
+  b.factor_ = 1.0;
+  b.max_delay_.reset();
+  b.jitter_ = false;
+  b.custom_ = std::move(fn);
+  return b;
+}
+
+Backoff Backoff::with_random(RandomSource random) const {
+  Backoff b = *this;
+  b.random_ = std::move(random);
+  return b;
+}
+
+Clock::duration Backoff::delay(int attempt) const {
+  if (attempt < 1) {
+    throw std::invalid_argument("kevlar::Backoff::delay: attempt must be at least 1 (got " +
+                                std::to_string(attempt) + ")");
+  }
+  double u = 0.0;
+  if (kind_ == Kind::exponential && jitter_) u = random_ ? random_() : thread_random();
+  return delay(attempt, u);
+}
+
+Clock::duration Backoff::delay(int attempt, double u) const {
+  if (attempt < 1) {
+    throw std::invalid_argument("kevlar::Backoff::delay: attempt must be at least 1 (got " +
+                                std::to_string(attempt) + ")");
+  }
+  const Clock::duration cap = max_delay_ ? *max_delay_ : implicit_cap;
+  switch (kind_) {
+    case Kind::constant:
+      return base_;
+    case Kind::linear: {
+      // step * attempt without overflowing: anything beyond the cap is the cap.
+      if (base_.count() > cap.count() / attempt) return cap;
+      return base_ * attempt;
+    }
+    case Kind::exponential: {
+      if (base_ == Clock::duration::zero()) return base_;
+      double v = static_cast<double>(base_.count()) * std::pow(factor_, attempt - 1);
+      if (jitter_) {
+        if (!(u >= 0.0)) u = 0.0;  // also NaN
+        if (u >= 1.0) u = std::nextafter(1.0, 0.0);
+        const double top = v * 1.5;
+        v *= 0.5 + u;
+        // Rounding may reach the excluded upper bound: stay strictly below it.
+        if (v >= top) v = std::nextafter(top, 0.0);
+      }
+      if (std::isnan(v) || v <= 0.0) return Clock::duration::zero();
+      if (v >= static_cast<double>(cap.count())) return cap;
+      return Clock::duration(static_cast<Clock::duration::rep>(v));
+    }
+    case Kind::custom: {
+      const Clock::duration d = custom_(attempt);
+      if (d < Clock::duration::zero()) return Clock::duration::zero();
+      return d > max_delay_limit ? max_delay_limit : d;
+    }
+  }
+  return Clock::duration::zero();
+}
+
+std::string Backoff::describe() const {
+  std::string out;
+  switch (kind_) {
+    case Kind::constant:
+      return base_ == Clock::duration::zero() ? "no delay"
+                                              : "constant " + detail::format_duration(base_);
+    case Kind::linear:
+      out = "linear " + detail::format_duration(base_) + " steps";
+      break;
+    case Kind::exponential:
+      out = "exponential " + detail::format_duration(base_) + " x" + format_factor(factor_);
+      if (jitter_) out += " +jitter";
+      break;
+    case Kind::custom:
+      return "custom backoff";
+  }
+  if (max_delay_) out += " <=" + detail::format_duration(*max_delay_);
+  return out;
+}
+
+// ---- RetryStrategy ------------------------------------------------------------------------------
+
+RetryStrategy::RetryStrategy(RetryOptions options) : options_(std::move(options)) {
+  if (options_.max_retries < 0) {
+    throw std::invalid_argument("kevlar::RetryOptions: max_retries must not be negative (got " +
+                                std::to_string(options_.max_retries) + ")");
+  }
+  if (options_.max_delay) check_delay("RetryOptions", "max_delay", *options_.max_delay);
+}
+
+Clock::duration RetryStrategy::cap(Clock::duration d) const noexcept {
+  const Clock::duration limit = options_.max_delay ? *options_.max_delay : Backoff::max_delay_limit;
+  return d > limit ? limit : d;
+}
+
+Clock::duration RetryStrategy::planned_delay(int attempt) const {
+  return cap(options_.backoff.delay(attempt));
+}
+
+std::string RetryStrategy::describe() const {
+  std::string out = options_.max_retries == retry_forever
+                        ? std::string("RetryForever(")
+                        : "Retry(" + std::to_string(options_.max_retries) + ", ";
+  out += options_.backoff.describe();
+  if (options_.max_delay) out += ", <=" + detail::format_duration(*options_.max_delay);
+  out += ')';
+  return out;
+}
+
+StrategyTraits RetryStrategy::traits() const noexcept {
+  return {StrategyRole::reactive, false, sizeof(int)};
+}
+
+Step RetryStrategy::on_start(Layer& layer) {
+  ::new (layer.frame()) int(0);  // retries used by this execution
+  return Step::run_inner;
+}
+
+Step RetryStrategy::on_inner_complete(Layer& layer) {
+  int& used = layer.frame_as<int>();
+  if (used >= options_.max_retries || !layer.handled() || caller_cancelled(layer)) {
+    return Step::complete;  // the outcome (the last failure, or a success) surfaces unchanged
+  }
+  const int attempt = ++used;
+  Clock::duration delay = planned_delay(attempt);
+  if (options_.delay_generator) {
+    const std::optional<Clock::duration> generated =
+        options_.delay_generator(RetryEvent{attempt, delay, layer.outcome(), layer.context()});
+    if (generated && *generated >= Clock::duration::zero()) delay = cap(*generated);
+  }
+  if (options_.on_retry) {
+    options_.on_retry(RetryEvent{attempt, delay, layer.outcome(), layer.context()});
+  }
+  if (caller_cancelled(layer)) {
+    layer.outcome().set_error(boost::asio::error::operation_aborted);
+    return Step::complete;
+  }
+  if (delay > Clock::duration::zero()) return layer.wait_for(delay);
+  return Step::run_inner;
+}
+
+Step RetryStrategy::on_wait_complete(Layer& layer, const boost::system::error_code& ec) {
+  if (ec) {
+    layer.outcome().set_error(ec);
+    return Step::complete;
+  }
+  if (caller_cancelled(layer)) {  // cancelled as the wait completed
+    layer.outcome().set_error(boost::asio::error::operation_aborted);
+    return Step::complete;
+  }
+  return Step::run_inner;
+}
+
+// ---- Shield entry points ------------------------------------------------------------------------
+
+Shield Shield::retry(int max_retries) const {
+  RetryOptions options;
+  options.max_retries = max_retries;
+  return use(std::make_shared<RetryStrategy>(std::move(options)));
+}
+
+Shield Shield::retry(const RetryOptions& options) const {
+  return use(std::make_shared<RetryStrategy>(options));
+}
+
+}  // namespace kevlar

@@ -1,0 +1,372 @@
+// Retry through Shield::execute_async: the same strategy code as the synchronous path, with backoff
+// waits on clock timers bound to the caller's cancellation. Time moves only by ManualClock::advance
+// followed by io_context::poll.
+#include <kevlar/retry.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// g++ 12 reports designated initializers that leave out members with default initializers
+// (the intended way to write kevlar's options) under -Wextra.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#endif
+
+namespace kevlar {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+struct Boom : std::runtime_error {
+  explicit Boom(int n) : std::runtime_error("boom " + std::to_string(n)), n(n) {}
+  int n;
+};
+
+/// Completes with (ec, value) through a post.
+template <class Token>
+auto async_answer(asio::io_context& ioc, error_code ec, int value, Token&& token) {
+  return asio::async_initiate<Token, void(error_code, int)>(
+      [&ioc](auto handler, error_code e, int v) {
+        auto ex = asio::get_associated_executor(handler, ioc.get_executor());
+        asio::post(ex, asio::append(std::move(handler), e, v));
+      },
+      token, ec, value);
+}
+
+void rethrow(std::exception_ptr ep) {
+  if (ep) std::rethrow_exception(ep);
+}
+
+struct Result {
+  int completions = 0;
+  error_code ec;
+  int value = -1;
+};
+
+/// A completion handler recording into `r`, cancellable through `sig`.
+auto record(asio::io_context& ioc, asio::cancellation_signal& sig, Result& r) {
+  return asio::bind_cancellation_slot(sig.slot(),
+                                      asio::bind_executor(ioc, [&r](error_code ec, int v) {
+                                        ++r.completions;
+                                        r.ec = ec;
+                                        r.value = v;
+                                      }));
+}
+
+/// An attempt failing with `errors[i]` on call i (then succeeding with the call number).
+struct Scripted {
+  asio::io_context* ioc;
+  std::vector<error_code> errors;
+  int* calls;
+  template <class Token>
+  auto operator()(Token&& token) {
+    const int n = (*calls)++;
+    const error_code ec = static_cast<std::size_t>(n) < errors.size()
+                              ? errors[static_cast<std::size_t>(n)]
+                              : error_code{};
+    return async_answer(*ioc, ec, n + 1, std::forward<Token>(token));
+  }
+};
+
+TEST(RetryAsync, RetriesErrorCodesAfterTheBackoffOnTheClock) {
+  asio::io_context ioc;
+  auto clock = ManualClock::create();
+  const Shield shield = Shield{}
+                            .retry(RetryOptions{.max_retries = 3, .backoff = Backoff::constant(1s)})
+                            .with_clock(clock);
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  shield.execute_async(
+      Scripted{&ioc, {asio::error::connection_reset, asio::error::connection_refused}, &calls},
+      record(ioc, sig, r));
+  ioc.poll();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(clock->pending_timers(), 1U);
+  clock->advance(999ms);
+  ioc.poll();
+  EXPECT_EQ(calls, 1) << "999 ms does not release a 1 s backoff";
+  clock->advance(1ms);
+  ioc.poll();
+  EXPECT_EQ(calls, 2);
+  clock->advance(1s);
+  ioc.poll();
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(r.completions, 1);
+  EXPECT_FALSE(r.ec);
+  EXPECT_EQ(r.value, 3);
+}
+
+TEST(RetryAsync, ExhaustedRetriesSurfaceTheLastError) {
+  asio::io_context ioc;
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  Shield{}
+      .retry(RetryOptions{.max_retries = 2, .backoff = Backoff::none()})
+      .execute_async(Scripted{&ioc,
+                              {asio::error::connection_reset, asio::error::connection_refused,
+                               asio::error::host_unreachable},
+                              &calls},
+                     record(ioc, sig, r));
+  ioc.run();
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(r.completions, 1);
+  EXPECT_EQ(r.ec, asio::error::host_unreachable);
+  EXPECT_EQ(r.value, 3) << "the last call's values travel with its error";
+}
+
+TEST(RetryAsync, CancellationErrorsAreNotRetriedByDefault) {
+  asio::io_context ioc;
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  Shield{}
+      .retry(RetryOptions{.max_retries = 3, .backoff = Backoff::none()})
+      .execute_async(Scripted{&ioc, {asio::error::operation_aborted}, &calls}, record(ioc, sig, r));
+  ioc.run();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(r.ec, asio::error::operation_aborted);
+}
+
+TEST(RetryAsync, AwaitableFactorySurfacesTheThirdExceptionObject) {
+  asio::io_context ioc;
+  std::vector<std::exception_ptr> thrown;
+  std::exception_ptr caught;
+  const Shield shield = Shield{}.retry(RetryOptions{.max_retries = 2, .backoff = Backoff::none()});
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        try {
+          (void)co_await shield.execute_async([&]() -> asio::awaitable<int> {
+            thrown.push_back(std::make_exception_ptr(Boom(static_cast<int>(thrown.size()) + 1)));
+            std::rethrow_exception(thrown.back());
+            co_return 0;
+          });
+          ADD_FAILURE() << "no exception";
+        } catch (const Boom&) {
+          caught = std::current_exception();
+        }
+      },
+      rethrow);
+  ioc.run();
+  ASSERT_EQ(thrown.size(), 3U);
+  EXPECT_EQ(caught, thrown[2]);
+}
+
+TEST(RetryAsync, AttemptsAreCountedByTheContext) {
+  asio::io_context ioc;
+  std::vector<std::uint32_t> attempts;
+  int result = 0;
+  const Shield shield = Shield{}.retry(RetryOptions{
+      .max_retries = 3, .backoff = Backoff::none(), .on_retry = [&](const RetryEvent& e) {
+        attempts.push_back(e.context.attempt());
+      }});
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        int calls = 0;
+        result = co_await shield.execute_async([&]() -> asio::awaitable<int> {
+          if (++calls < 3) throw Boom(calls);
+          co_return calls * 10;
+        });
+      },
+      rethrow);
+  ioc.run();
+  EXPECT_EQ(result, 30);
+  EXPECT_EQ(attempts, (std::vector<std::uint32_t>{1, 2}));
+}
+
+TEST(RetryAsync, CancellationDuringAnAttemptReturnsTheOriginalFailure) {
+  asio::io_context ioc;
+  int calls = 0;
+  int retries = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  Shield{}
+      .retry(RetryOptions{.max_retries = 3,
+                          .backoff = Backoff::none(),
+                          .on_retry = [&](const RetryEvent&) { ++retries; }})
+      .execute_async(
+          [&](auto token) {
+            ++calls;
+            // The caller cancels while the attempt is pending; the attempt then fails anyway.
+            asio::post(ioc, [&] { sig.emit(asio::cancellation_type::terminal); });
+            return async_answer(ioc, asio::error::connection_reset, 1, std::move(token));
+          },
+          record(ioc, sig, r));
+  ioc.run();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(retries, 0);
+  EXPECT_EQ(r.ec, asio::error::connection_reset) << "the original failure, not a cancellation";
+}
+
+TEST(RetryAsync, CancellationDuringTheBackoffEndsWithOperationAborted) {
+  asio::io_context ioc;
+  auto clock = ManualClock::create();
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  Shield{}
+      .retry(RetryOptions{.max_retries = 3, .backoff = Backoff::constant(1h)})
+      .with_clock(clock)
+      .execute_async(
+          Scripted{&ioc, std::vector<error_code>(10, asio::error::connection_reset), &calls},
+          record(ioc, sig, r));
+  ioc.poll();
+  ASSERT_EQ(clock->pending_timers(), 1U);
+  sig.emit(asio::cancellation_type::terminal);
+  ioc.poll();
+  EXPECT_EQ(r.completions, 1);
+  EXPECT_EQ(r.ec, asio::error::operation_aborted);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(clock->pending_timers(), 0U);
+  clock->advance(2h);
+  ioc.poll();
+  EXPECT_EQ(calls, 1) << "no attempt after the cancellation";
+}
+
+TEST(RetryAsync, CancellationInsideOnRetryEndsWithOperationAborted) {
+  asio::io_context ioc;
+  auto clock = ManualClock::create();
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  Shield{}
+      .retry(RetryOptions{
+          .max_retries = 3,
+          .backoff = Backoff::constant(1s),
+          .on_retry = [&](const RetryEvent&) { sig.emit(asio::cancellation_type::terminal); }})
+      .with_clock(clock)
+      .execute_async(
+          Scripted{&ioc, std::vector<error_code>(10, asio::error::connection_reset), &calls},
+          record(ioc, sig, r));
+  ioc.poll();
+  EXPECT_EQ(r.completions, 1);
+  EXPECT_EQ(r.ec, asio::error::operation_aborted);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(clock->pending_timers(), 0U) << "no backoff wait is armed";
+}
+
+TEST(RetryAsync, MaxDelayCapsARetryAfterGeneratorToExactlyTenSeconds) {
+  asio::io_context ioc;
+  auto clock = ManualClock::create();
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  std::vector<std::string> log;
+  Shield{}
+      .retry(RetryOptions{
+          .max_retries = 1,
+          .max_delay = 10s,
+          .delay_generator = [&](const RetryEvent& e) -> std::optional<Clock::duration> {
+            log.push_back("generator");
+            EXPECT_LE(e.delay, 10s) << "the backoff's delay is capped before the generator";
+            return 1h;
+          },
+          .on_retry =
+              [&](const RetryEvent& e) {
+                log.push_back("on_retry");
+                EXPECT_EQ(e.delay, 10s);
+                EXPECT_EQ(clock->pending_timers(), 0U) << "on_retry runs before the wait starts";
+              }})
+      .with_clock(clock)
+      .execute_async(Scripted{&ioc, {asio::error::connection_reset}, &calls}, record(ioc, sig, r));
+  ioc.poll();
+  EXPECT_EQ(log, (std::vector<std::string>{"generator", "on_retry"}));
+  EXPECT_EQ(clock->pending_timers(), 1U);
+  clock->advance(9999ms);
+  ioc.poll();
+  EXPECT_EQ(calls, 1) << "9.999 s does not release the wait";
+  clock->advance(1ms);
+  ioc.poll();
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(r.completions, 1);
+  EXPECT_FALSE(r.ec);
+}
+
+TEST(RetryAsync, HookExceptionSurfacesAsTheSameObject) {
+  asio::io_context ioc;
+  const auto hook_error = std::make_exception_ptr(std::logic_error("hook"));
+  int calls = 0;
+  std::exception_ptr caught;
+  const Shield shield = Shield{}.retry(RetryOptions{
+      .max_retries = 3, .backoff = Backoff::none(), .on_retry = [&](const RetryEvent&) {
+        std::rethrow_exception(hook_error);
+      }});
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        try {
+          (void)co_await shield.execute_async([&]() -> asio::awaitable<int> {
+            throw Boom(++calls);
+            co_return 0;
+          });
+        } catch (...) {
+          caught = std::current_exception();
+        }
+      },
+      rethrow);
+  ioc.run();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(caught, hook_error);
+}
+
+TEST(RetryAsync, NestedRetriesMultiply) {
+  asio::io_context ioc;
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  const RetryOptions two{.max_retries = 2, .backoff = Backoff::none()};
+  Shield{}.retry(two).retry(two).execute_async(
+      Scripted{&ioc, std::vector<error_code>(100, asio::error::connection_reset), &calls},
+      record(ioc, sig, r));
+  ioc.run();
+  EXPECT_EQ(calls, 9);
+  EXPECT_EQ(r.ec, asio::error::connection_reset);
+}
+
+TEST(RetryAsync, ResultClauseSeesTheOperationsValue) {
+  asio::io_context ioc;
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  std::vector<int> bad_values;
+  Shield{}
+      .when(Clause().result<int>([](int v) { return v < 3; }))
+      .retry(RetryOptions{.max_retries = 5,
+                          .backoff = Backoff::none(),
+                          .on_retry =
+                              [&](const RetryEvent& e) {
+                                const int* v = e.outcome.value_if<int>();
+                                bad_values.push_back(v != nullptr ? *v : -1);
+                              }})
+      .execute_async(Scripted{&ioc, {}, &calls}, record(ioc, sig, r));
+  ioc.run();
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(r.value, 3);
+  EXPECT_EQ(bad_values, (std::vector<int>{1, 2}));
+}
+
+}  // namespace
+}  // namespace kevlar
