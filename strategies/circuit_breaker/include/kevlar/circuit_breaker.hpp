@@ -1,0 +1,361 @@
+// kevlar — the circuit breaker: stops calling a dependency that keeps failing, then probes it.
+#pragma once
+
+#include <kevlar/clock.hpp>
+#include <kevlar/context.hpp>
+#include <kevlar/shield.hpp>
+#include <kevlar/strategy.hpp>
+
+#include <boost/system/error_code.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace kevlar {
+
+/// The state of a circuit.
+enum class CircuitState : unsigned char {
+  closed,     ///< calls flow; failures are counted
+  open,       ///< calls are rejected with errc::circuit_open until the break elapses
+  half_open,  ///< the break elapsed: a limited number of probe calls decide what comes next
+  isolated,  ///< opened by hand (CircuitBreaker::isolate); rejected with errc::isolated until reset
+};
+
+/// "closed", "open", "half_open" or "isolated".
+[[nodiscard]] const char* to_string(CircuitState state) noexcept;
+
+/// One state change of a circuit, as delivered to observers.
+struct CircuitStateChange {
+  CircuitState from;  ///< the state left
+  CircuitState to;    ///< the state entered
+  /// The exception of the last failure the breaker recorded (null if it was an error code, a
+  /// handled result, or if nothing failed yet).
+  std::exception_ptr last_exception;
+  /// The error code of the last failure the breaker recorded (empty if it was not an error code).
+  boost::system::error_code last_error;
+};
+
+/// What a break-duration generator is told about the trip it sizes.
+struct BreakEvent {
+  /// closed (the failure count or ratio crossed its threshold) or half_open (a probe failed).
+  CircuitState from;
+  /// 1 for the first opening after the circuit was last closed, 2 if the probe after it failed,
+  /// and so on (exponential break durations grow with it).
+  int trip_number;
+  std::exception_ptr exception;      ///< the failure that trips the circuit, if an exception
+  boost::system::error_code error;   ///< the failure that trips the circuit, if an error code
+  const Context* context = nullptr;  ///< the failing execution's context (null without one)
+};
+
+/// Options of a circuit breaker. Validated when the breaker is created (Shield::circuit_breaker or
+/// CircuitBreaker::create): invalid values throw std::invalid_argument naming the option.
+///
+/// Two counting modes, one at a time:
+/// - consecutive: opens after `consecutive_failures` handled failures in a row (the default mode,
+///   with 5, when neither threshold is set);
+/// - ratio: opens on a handled failure when, over the last `sampling_window` (kept in 10 buckets),
+///   at least `minimum_throughput` outcomes were recorded and failures/total >= `failure_ratio`.
+struct CircuitBreakerOptions {
+  /// Consecutive mode threshold (> 0). Defaults to 5 when failure_ratio is not set either.
+  std::optional<int> consecutive_failures;
+  /// Ratio mode threshold, in (0, 1]. Setting both thresholds is refused.
+  std::optional<double> failure_ratio;
+  /// Ratio mode: outcomes the window must hold before the ratio is judged (>= 1).
+  int minimum_throughput = 10;
+  /// Ratio mode: the rolling window, tracked in 10 buckets (> 0, at most max_duration).
+  Clock::duration sampling_window = std::chrono::seconds(30);
+  /// How long the circuit stays open before a probe is admitted (> 0, at most max_duration).
+  Clock::duration break_duration = std::chrono::seconds(15);
+  /// Sizes each break instead of break_duration. Called once per trip, outside the breaker's lock,
+  /// by the execution whose failure trips the circuit; must return a positive duration (at most
+  /// max_duration). If it throws, the exception becomes that execution's outcome and the circuit
+  /// stays as it was, able to trip on a later failure. A result made stale by a concurrent
+  /// reset() or isolate() is discarded.
+  std::function<Clock::duration(const BreakEvent&)> break_duration_generator;
+  /// Called for every state change, in order, one at a time, outside the breaker's lock, on the
+  /// thread of the call that caused it (see CircuitBreaker for the delivery rules).
+  std::function<void(const CircuitStateChange&)> on_state_changed;
+  /// Half-open: probes admitted at the same time (>= 1). Others are rejected without retry_after.
+  int half_open_probes = 1;
+  /// Half-open: successful probes needed to close the circuit (>= 1). Probes keep being admitted
+  /// (at most half_open_probes at once) until that many succeeded; any failing probe re-opens it.
+  int success_threshold = 1;
+
+  /// The longest break duration or sampling window accepted: 2^32 - 2 ms (about 49.7 days).
+  static constexpr Clock::duration max_duration = std::chrono::milliseconds(4294967294LL);
+
+  /// Throws std::invalid_argument naming the first invalid option.
+  void validate() const;
+};
+
+/// Several observers of one state change threw; every exception, in observer order.
+///
+/// Thread-safety: immutable after construction.
+class CircuitObserverErrors : public std::runtime_error {
+ public:
+  explicit CircuitObserverErrors(std::vector<std::exception_ptr> errors);
+  /// The exceptions, in the order the observers ran.
+  [[nodiscard]] const std::vector<std::exception_ptr>& errors() const noexcept { return errors_; }
+
+ private:
+  std::vector<std::exception_ptr> errors_;
+};
+
+/// The circuit breaker's decisions, without I/O: a state machine driven only by the time values
+/// its callers pass in (no clock is read, no timer is armed; Open -> HalfOpen happens lazily on the
+/// first admit() after the break). The CircuitBreaker strategy drives it for Shield executions;
+/// tests drive it directly.
+///
+/// Protocol per call: `a = admit(now)`; if `a.admitted()`, run the call, then exactly one of
+/// record_success(now, a), record_failure(now, a, ...) or release(a) (caller cancellation,
+/// abandonment).
+///
+/// State changes are queued under the lock in the order they happen and delivered to the
+/// observers (options.on_state_changed, then subscribe()d ones) after the lock is released, one at
+/// a time, never concurrently: the caller that finds no delivery in progress delivers everything
+/// queued; a concurrent caller waits until its own change was delivered; a change caused from
+/// inside an observer (reentrant reset()/isolate()) is queued behind the current one. Every
+/// observer runs even if an earlier one throws; the new state stands; the call that caused the
+/// change then throws the observer's exception unchanged (several: CircuitObserverErrors).
+/// Exceptions of a reentrant change are attributed to the change being delivered.
+///
+/// Thread-safety: every member may be called from any number of threads at once. When closed,
+/// admission and success recording take no lock and allocate nothing (one atomic increment in
+/// ratio mode, at most one atomic store in consecutive mode); failures, probes and transitions
+/// take one mutex.
+class CircuitBreakerCore {
+ public:
+  /// The answer of admit().
+  struct Admission {
+    enum class Decision : unsigned char {
+      admitted,  ///< closed: run the call
+      probe,     ///< half-open: run the call as a probe (its outcome decides the circuit)
+      rejected,  ///< do not run the call
+    };
+    Decision decision = Decision::admitted;
+    /// Rejections: the state that rejected (open, half_open or isolated).
+    CircuitState state = CircuitState::closed;
+    /// Rejections by an open circuit: the remaining break. Empty when half-open (probe busy) or
+    /// isolated.
+    std::optional<Clock::duration> retry_after;
+    /// Probes: the half-open period the probe belongs to (stale probes change nothing).
+    std::uint64_t generation = 0;
+
+    [[nodiscard]] bool admitted() const noexcept { return decision != Decision::rejected; }
+    [[nodiscard]] bool probe() const noexcept { return decision == Decision::probe; }
+  };
+
+  /// What a failure was, for events and the break-duration generator.
+  struct Failure {
+    std::exception_ptr exception;
+    boost::system::error_code error;
+    const Context* context = nullptr;
+  };
+
+  /// Counters, for tests and diagnostics (a consistent snapshot taken under the lock).
+  struct Metrics {
+    CircuitState state;
+    int consecutive_failures;       ///< consecutive mode: failures in a row
+    std::uint64_t window_total;     ///< ratio mode: outcomes in the window (at `now`)
+    std::uint64_t window_failures;  ///< ratio mode: failures in the window (at `now`)
+    int probes_in_flight;           ///< half-open: admitted probes not yet recorded or released
+    bool opening_pending;           ///< a break-duration generator is running
+  };
+
+  /// A validated copy of `options` (throws std::invalid_argument naming the invalid option).
+  explicit CircuitBreakerCore(const CircuitBreakerOptions& options);
+  CircuitBreakerCore(const CircuitBreakerCore&) = delete;
+  CircuitBreakerCore& operator=(const CircuitBreakerCore&) = delete;
+  ~CircuitBreakerCore();
+
+  /// The options in force (validated; consecutive_failures filled in when defaulted).
+  [[nodiscard]] const CircuitBreakerOptions& options() const noexcept { return options_; }
+  /// True in ratio mode (record_success then reads `now`).
+  [[nodiscard]] bool ratio_mode() const noexcept { return ratio_mode_; }
+
+  /// The current state. An open circuit whose break elapsed still reads open until the next
+  /// admit() (there is no timer).
+  [[nodiscard]] CircuitState state() const noexcept {
+    return state_.load(std::memory_order_acquire);
+  }
+
+  /// The fast path of admit(): true (admitted, no lock) if the circuit is closed.
+  [[nodiscard]] bool try_admit_closed() const noexcept { return state() == CircuitState::closed; }
+
+  /// Decides whether a call starting at `now` may run. May move Open -> HalfOpen (and deliver that
+  /// change; if an observer throws, the probe slot is released and the exception propagates).
+  Admission admit(Clock::time_point now);
+
+  /// Records a success of the call admitted as `a`, completed at `now` (read in ratio mode only).
+  /// Closes a half-open circuit once success_threshold probes succeeded.
+  void record_success(Clock::time_point now, const Admission& a);
+
+  /// Records a handled failure of the call admitted as `a`, completed at `now`. May open the
+  /// circuit (calling break_duration_generator outside the lock, whose exception propagates after
+  /// the reservation is cancelled).
+  void record_failure(Clock::time_point now, const Admission& a, const Failure& failure);
+  /// Same, for a failure without details.
+  void record_failure(Clock::time_point now, const Admission& a);
+
+  /// The call admitted as `a` ended without an outcome that counts (cancelled by its caller, or
+  /// abandoned): frees its probe slot if it is a probe of the current half-open period.
+  void release(const Admission& a) noexcept;
+
+  /// Opens the circuit by hand until reset(): calls are rejected with errc::isolated. Cancels a
+  /// pending opening and frees probe slots. No event if already isolated.
+  void isolate();
+  /// Closes the circuit by hand and clears its history. Cancels a pending opening and frees probe
+  /// slots. No event if already closed.
+  void reset();
+
+  /// Adds an observer of state changes (called after options.on_state_changed and the observers
+  /// added before it, for changes queued after this call).
+  void subscribe(std::function<void(const CircuitStateChange&)> observer);
+
+  /// A snapshot of the counters; the ratio window is read as of `now`.
+  [[nodiscard]] Metrics metrics(Clock::time_point now) const;
+
+ private:
+  using Observer = std::function<void(const CircuitStateChange&)>;
+  struct Bucket {
+    std::atomic<std::int64_t> index{0};  ///< absolute bucket number (sentinel: empty)
+    std::atomic<std::uint64_t> successes{0};
+    std::atomic<std::uint64_t> failures{0};
+  };
+  struct Event {
+    CircuitStateChange change;
+    std::uint64_t seq;
+    std::uint64_t owner;  ///< the seq whose caller receives the observers' exceptions
+  };
+  struct OpeningReservation {
+    std::uint64_t token = 0;
+    CircuitState from = CircuitState::closed;
+    BreakEvent event{};
+  };
+
+  // --- under mutex_
+  std::uint64_t enqueue(CircuitState from, CircuitState to);
+  void set_state(CircuitState s) noexcept { state_.store(s, std::memory_order_release); }
+  void open_locked(Clock::time_point now, Clock::duration d, std::uint64_t& ticket);
+  void close_locked(std::uint64_t& ticket);
+  void clear_metrics_locked() noexcept;
+  void end_half_open_locked() noexcept;
+  bool count_failure_locked(Clock::time_point now);
+  std::int64_t rotate_locked(Clock::time_point now) noexcept;
+  void window_locked(std::int64_t current, std::uint64_t& total, std::uint64_t& failures) const;
+  [[nodiscard]] std::int64_t bucket_of(Clock::time_point t) const noexcept;
+  [[nodiscard]] std::int64_t bucket_end(std::int64_t bucket) const noexcept;
+
+  // --- without the lock
+  void deliver(std::uint64_t ticket);
+  void count_success(Clock::time_point now);
+
+  CircuitBreakerOptions options_;
+  bool ratio_mode_;
+  int consecutive_limit_;
+
+  // Read without the lock on the hot path; written under mutex_.
+  std::atomic<CircuitState> state_{CircuitState::closed};
+  std::atomic<int> consecutive_{0};
+  std::atomic<std::int64_t> current_end_;  ///< ratio: first time point after the current bucket
+  std::atomic<unsigned> current_slot_{0};  ///< ratio: the current bucket's slot
+  std::array<Bucket, 10> buckets_;
+
+  mutable std::mutex mutex_;
+  std::int64_t current_bucket_;  ///< ratio: absolute number of the current bucket
+  Clock::time_point open_until_{};
+  std::uint64_t probe_generation_ = 0;
+  int probes_in_flight_ = 0;
+  int probe_successes_ = 0;
+  int trips_ = 0;  ///< openings since the circuit was last closed
+  bool opening_pending_ = false;
+  std::uint64_t opening_token_ = 0;
+  std::exception_ptr last_exception_;
+  boost::system::error_code last_error_;
+
+  // Publication (under mutex_).
+  std::shared_ptr<const std::vector<Observer>> observers_;
+  std::deque<Event> queue_;
+  std::uint64_t next_seq_ = 1;
+  std::uint64_t delivered_seq_ = 0;
+  bool publishing_ = false;
+  std::thread::id publisher_;
+  std::uint64_t delivering_owner_ = 0;
+  std::vector<std::pair<std::uint64_t, std::exception_ptr>> observer_failures_;
+  std::condition_variable delivered_;
+};
+
+/// The circuit breaker strategy. Create it with CircuitBreaker::create (or Shield::circuit_breaker
+/// when no handle is needed), add it to shields with Shield::use, and keep the handle to observe
+/// and control the circuit:
+/// ```
+/// auto breaker = kevlar::CircuitBreaker::create({.failure_ratio = 0.5, .minimum_throughput = 20});
+/// const kevlar::Shield shield = kevlar::Shield{}.retry(3).use(breaker);
+/// breaker->isolate();   // maintenance: reject everything with errc::isolated
+/// breaker->reset();     // back to closed, history cleared
+/// ```
+/// Counting (after the inner part of the pipeline completes): an outcome the clause in force at
+/// this position handles is a failure; a cancellation while the caller (or a strategy outside the
+/// breaker) cancelled the execution counts as nothing (a probe frees its slot); anything else,
+/// including exceptions the clause does not handle, is a success.
+///
+/// Rejections never run the inner part: errc::circuit_open with retry_after = the remaining break
+/// (open) or none (half-open with every probe slot taken); errc::isolated with none (isolated).
+///
+/// Thread-safety: one instance serves every execution of every shield it is part of; all members
+/// are thread-safe. Shields sharing the instance share the circuit.
+class CircuitBreaker final : public Strategy {
+ public:
+  /// Creates a breaker (throws std::invalid_argument naming an invalid option).
+  [[nodiscard]] static std::shared_ptr<CircuitBreaker> create(
+      const CircuitBreakerOptions& options = {}) {
+    return std::make_shared<CircuitBreaker>(options);
+  }
+  /// Prefer create(); validates `options` like it.
+  explicit CircuitBreaker(const CircuitBreakerOptions& options = {});
+
+  /// The current state (an open circuit whose break elapsed reads open until the next call).
+  [[nodiscard]] CircuitState state() const noexcept { return core_.state(); }
+  /// Opens the circuit by hand until reset(). Throws what a state-change observer throws (the
+  /// state change stands).
+  void isolate() { core_.isolate(); }
+  /// Closes the circuit by hand and clears its history. Throws what a state-change observer
+  /// throws (the state change stands).
+  void reset() { core_.reset(); }
+  /// Adds an observer of state changes; see CircuitBreakerCore for the delivery rules.
+  void subscribe(std::function<void(const CircuitStateChange&)> observer) {
+    core_.subscribe(std::move(observer));
+  }
+  /// The decision logic (counters, direct driving in tests).
+  [[nodiscard]] CircuitBreakerCore& core() noexcept { return core_; }
+  [[nodiscard]] const CircuitBreakerCore& core() const noexcept { return core_; }
+
+  /// `CircuitBreaker(5 consecutive, break 30s)` or
+  /// `CircuitBreaker(50% over 30s, min 20, break 15s)`; `break dynamic` with a generator;
+  /// `, probes 3, close after 2` when the half-open options differ from 1.
+  [[nodiscard]] std::string describe() const override;
+  [[nodiscard]] StrategyTraits traits() const noexcept override;
+  Step on_start(Layer& layer) override;
+  Step on_inner_complete(Layer& layer) override;
+  void on_finish(Layer& layer) noexcept override;
+
+ private:
+  CircuitBreakerCore core_;
+};
+
+}  // namespace kevlar

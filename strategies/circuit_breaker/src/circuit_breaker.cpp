@@ -1,0 +1,600 @@
+// The circuit breaker: CircuitBreakerCore (decisions, publication of state changes) and the
+// CircuitBreaker strategy that drives it for Shield executions.
+#include <kevlar/circuit_breaker.hpp>
+#include <kevlar/detail/duration_format.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <new>
+#include <string>
+
+namespace kevlar {
+namespace {
+
+constexpr std::int64_t no_bucket = std::numeric_limits<std::int64_t>::min();
+
+/// Floor division for a positive divisor.
+constexpr std::int64_t floor_div(std::int64_t a, std::int64_t b) noexcept {
+  const std::int64_t q = a / b;
+  return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+/// `v` rounded to one decimal, printed without a trailing ".0" (50, 12.5): the percentage in
+/// describe(), formatted like detail::format_duration formats times.
+std::string format_number(double v) {
+  char buf[64];
+  const double rounded = std::round(v * 10.0) / 10.0;
+  if (rounded == std::floor(rounded)) {
+    std::snprintf(buf, sizeof buf, "%.0f", rounded);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f", rounded);
+  }
+  return buf;
+}
+
+}  // namespace
+
+const char* to_string(CircuitState state) noexcept {
+  switch (state) {
+    case CircuitState::closed:
+      return "closed";
+    case CircuitState::open:
+      return "open";
+    case CircuitState::half_open:
+      return "half_open";
+    case CircuitState::isolated:
+      return "isolated";
+  }
+  return "unknown";
+}
+
+// ---- options ---------------------------------------------------------------------------------
+
+void CircuitBreakerOptions::validate() const {
+  if (consecutive_failures && failure_ratio) {
+    throw std::invalid_argument(
+        "kevlar::CircuitBreakerOptions: configure either consecutive_failures or failure_ratio, "
+        "not both");
+  }
+  if (consecutive_failures && *consecutive_failures <= 0) {
+    throw std::invalid_argument(
+        "kevlar::CircuitBreakerOptions::consecutive_failures must be positive");
+  }
+  if (failure_ratio && !(*failure_ratio > 0.0 && *failure_ratio <= 1.0)) {
+    throw std::invalid_argument("kevlar::CircuitBreakerOptions::failure_ratio must be in (0, 1]");
+  }
+  if (minimum_throughput < 1) {
+    throw std::invalid_argument(
+        "kevlar::CircuitBreakerOptions::minimum_throughput must be at least 1");
+  }
+  if (sampling_window <= Clock::duration::zero() || sampling_window > max_duration) {
+    throw std::invalid_argument(
+        "kevlar::CircuitBreakerOptions::sampling_window must be positive and at most 2^32 - 2 ms");
+  }
+  if (break_duration <= Clock::duration::zero() || break_duration > max_duration) {
+    throw std::invalid_argument(
+        "kevlar::CircuitBreakerOptions::break_duration must be positive and at most 2^32 - 2 ms");
+  }
+  if (half_open_probes < 1) {
+    throw std::invalid_argument(
+        "kevlar::CircuitBreakerOptions::half_open_probes must be at least 1");
+  }
+  if (success_threshold < 1) {
+    throw std::invalid_argument(
+        "kevlar::CircuitBreakerOptions::success_threshold must be at least 1");
+  }
+}
+
+CircuitObserverErrors::CircuitObserverErrors(std::vector<std::exception_ptr> errors)
+    : std::runtime_error("kevlar::CircuitBreaker: " + std::to_string(errors.size()) +
+                         " state-change observers threw"),
+      errors_(std::move(errors)) {}
+
+// ---- core: construction ------------------------------------------------------------------------
+
+namespace {
+CircuitBreakerOptions validated(const CircuitBreakerOptions& options) {
+  options.validate();
+  CircuitBreakerOptions o = options;
+  if (!o.failure_ratio && !o.consecutive_failures) o.consecutive_failures = 5;
+  return o;
+}
+}  // namespace
+
+CircuitBreakerCore::CircuitBreakerCore(const CircuitBreakerOptions& options)
+    : options_(validated(options)),
+      ratio_mode_(options_.failure_ratio.has_value()),
+      consecutive_limit_(options_.consecutive_failures.value_or(0)),
+      current_end_(std::numeric_limits<std::int64_t>::min()),
+      current_bucket_(no_bucket) {
+  for (Bucket& b : buckets_) b.index.store(no_bucket, std::memory_order_relaxed);
+  auto observers = std::make_shared<std::vector<Observer>>();
+  if (options_.on_state_changed) observers->push_back(options_.on_state_changed);
+  observers_ = std::move(observers);
+}
+
+CircuitBreakerCore::~CircuitBreakerCore() = default;
+
+void CircuitBreakerCore::subscribe(std::function<void(const CircuitStateChange&)> observer) {
+  if (!observer) throw std::invalid_argument("kevlar::CircuitBreaker::subscribe: empty observer");
+  std::lock_guard lock(mutex_);
+  auto next = std::make_shared<std::vector<Observer>>(*observers_);
+  next->push_back(std::move(observer));
+  observers_ = std::move(next);
+}
+
+// ---- core: the sampling window
+// -------------------------------------------------------------------
+
+std::int64_t CircuitBreakerCore::bucket_of(Clock::time_point t) const noexcept {
+  // Bucket n covers [n * W / 10, (n + 1) * W / 10) on the clock's timeline, W the window.
+  const std::int64_t w = options_.sampling_window.count();
+  const std::int64_t ns = t.time_since_epoch().count();
+  const std::int64_t q = floor_div(ns, w);
+  const std::int64_t r = ns - q * w;  // in [0, w); r * 10 fits (w <= max_duration)
+  return q * 10 + (r * 10) / w;
+}
+
+std::int64_t CircuitBreakerCore::bucket_end(std::int64_t bucket) const noexcept {
+  // The first instant of bucket + 1: ceil((bucket + 1) * W / 10), computed without overflow.
+  const std::int64_t w = options_.sampling_window.count();
+  const std::int64_t n = bucket + 1;
+  const std::int64_t q = floor_div(n, 10);
+  const std::int64_t r = n - q * 10;
+  return q * w + (r * w + 9) / 10;
+}
+
+std::int64_t CircuitBreakerCore::rotate_locked(Clock::time_point now) noexcept {
+  const std::int64_t c = bucket_of(now);
+  if (c <= current_bucket_) return current_bucket_;  // never move backwards (coarse vs. precise)
+  const auto slot = static_cast<unsigned>(c - floor_div(c, 10) * 10);
+  Bucket& b = buckets_[slot];
+  b.successes.store(0, std::memory_order_relaxed);
+  b.failures.store(0, std::memory_order_relaxed);
+  b.index.store(c, std::memory_order_relaxed);
+  current_bucket_ = c;
+  current_slot_.store(slot, std::memory_order_relaxed);
+  current_end_.store(bucket_end(c), std::memory_order_release);
+  return c;
+}
+
+void CircuitBreakerCore::window_locked(std::int64_t current, std::uint64_t& total,
+                                       std::uint64_t& failures) const {
+  total = 0;
+  failures = 0;
+  for (const Bucket& b : buckets_) {
+    const std::int64_t i = b.index.load(std::memory_order_relaxed);
+    if (i == no_bucket || i > current || current - i >= 10) continue;
+    const std::uint64_t f = b.failures.load(std::memory_order_relaxed);
+    failures += f;
+    total += f + b.successes.load(std::memory_order_relaxed);
+  }
+}
+
+void CircuitBreakerCore::clear_metrics_locked() noexcept {
+  consecutive_.store(0, std::memory_order_relaxed);
+  current_end_.store(std::numeric_limits<std::int64_t>::min(), std::memory_order_release);
+  current_slot_.store(0, std::memory_order_relaxed);
+  current_bucket_ = no_bucket;
+  for (Bucket& b : buckets_) {
+    b.index.store(no_bucket, std::memory_order_relaxed);
+    b.successes.store(0, std::memory_order_relaxed);
+    b.failures.store(0, std::memory_order_relaxed);
+  }
+}
+
+void CircuitBreakerCore::count_success(Clock::time_point now) {
+  if (now.time_since_epoch().count() < current_end_.load(std::memory_order_acquire)) {
+    // The current bucket is still current: one atomic increment, no lock. (A success racing a
+    // rotation may land in the neighbouring bucket, which the window counts the same way.)
+    buckets_[current_slot_.load(std::memory_order_relaxed)].successes.fetch_add(
+        1, std::memory_order_relaxed);
+    return;
+  }
+  std::lock_guard lock(mutex_);
+  if (state_.load(std::memory_order_relaxed) != CircuitState::closed) return;
+  rotate_locked(now);
+  buckets_[current_slot_.load(std::memory_order_relaxed)].successes.fetch_add(
+      1, std::memory_order_relaxed);
+}
+
+bool CircuitBreakerCore::count_failure_locked(Clock::time_point now) {
+  if (!ratio_mode_) {
+    return consecutive_.fetch_add(1, std::memory_order_relaxed) + 1 >= consecutive_limit_;
+  }
+  const std::int64_t c = rotate_locked(now);
+  buckets_[current_slot_.load(std::memory_order_relaxed)].failures.fetch_add(
+      1, std::memory_order_relaxed);
+  std::uint64_t total = 0;
+  std::uint64_t failures = 0;
+  window_locked(c, total, failures);
+  return total >= static_cast<std::uint64_t>(options_.minimum_throughput) &&
+         static_cast<double>(failures) / static_cast<double>(total) >= *options_.failure_ratio;
+}
+
+// ---- core: transitions -------------------------------------------------------------------------
+
+std::uint64_t CircuitBreakerCore::enqueue(CircuitState from, CircuitState to) {
+  const std::uint64_t seq = next_seq_;
+  // A change made from inside an observer (reentrant) belongs to the change being delivered.
+  const bool reentrant = publishing_ && publisher_ == std::this_thread::get_id();
+  queue_.push_back(
+      Event{{from, to, last_exception_, last_error_}, seq, reentrant ? delivering_owner_ : seq});
+  ++next_seq_;
+  return seq;
+}
+
+void CircuitBreakerCore::end_half_open_locked() noexcept {
+  ++probe_generation_;
+  probes_in_flight_ = 0;
+  probe_successes_ = 0;
+}
+
+void CircuitBreakerCore::open_locked(Clock::time_point now, Clock::duration d,
+                                     std::uint64_t& ticket) {
+  ticket = enqueue(state_.load(std::memory_order_relaxed), CircuitState::open);  // may throw
+  open_until_ = now + d;
+  end_half_open_locked();
+  ++trips_;
+  set_state(CircuitState::open);
+}
+
+void CircuitBreakerCore::close_locked(std::uint64_t& ticket) {
+  ticket = enqueue(state_.load(std::memory_order_relaxed), CircuitState::closed);  // may throw
+  clear_metrics_locked();
+  end_half_open_locked();
+  trips_ = 0;
+  set_state(CircuitState::closed);
+}
+
+CircuitBreakerCore::Admission CircuitBreakerCore::admit(Clock::time_point now) {
+  Admission a;
+  std::uint64_t ticket = 0;
+  {
+    std::lock_guard lock(mutex_);
+    switch (state_.load(std::memory_order_relaxed)) {
+      case CircuitState::closed:
+        return a;
+      case CircuitState::isolated:
+        a.decision = Admission::Decision::rejected;
+        a.state = CircuitState::isolated;
+        return a;
+      case CircuitState::open:
+        if (now < open_until_) {
+          a.decision = Admission::Decision::rejected;
+          a.state = CircuitState::open;
+          a.retry_after = open_until_ - now;
+          return a;
+        }
+        // The break elapsed: this caller moves the circuit to half-open and is its first probe.
+        ticket = enqueue(CircuitState::open, CircuitState::half_open);
+        end_half_open_locked();
+        probes_in_flight_ = 1;
+        set_state(CircuitState::half_open);
+        a.decision = Admission::Decision::probe;
+        a.generation = probe_generation_;
+        break;
+      case CircuitState::half_open:
+        if (opening_pending_ || probes_in_flight_ >= options_.half_open_probes) {
+          a.decision = Admission::Decision::rejected;
+          a.state = CircuitState::half_open;
+          return a;
+        }
+        ++probes_in_flight_;
+        a.decision = Admission::Decision::probe;
+        a.generation = probe_generation_;
+        return a;
+    }
+  }
+  try {
+    deliver(ticket);
+  } catch (...) {
+    release(a);  // the probe never runs; a newer probe's slot is left alone (generation check)
+    throw;
+  }
+  return a;
+}
+
+void CircuitBreakerCore::record_success(Clock::time_point now, const Admission& a) {
+  if (!a.probe()) {
+    // Outcomes of calls admitted while closed count only while the circuit is still closed.
+    if (state() != CircuitState::closed) return;
+    if (ratio_mode_) {
+      count_success(now);
+    } else if (consecutive_.load(std::memory_order_relaxed) != 0) {
+      consecutive_.store(0, std::memory_order_relaxed);
+    }
+    return;
+  }
+  std::uint64_t ticket = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_.load(std::memory_order_relaxed) != CircuitState::half_open ||
+        a.generation != probe_generation_) {
+      return;  // a stale probe (the circuit was reset, isolated or re-opened since)
+    }
+    if (opening_pending_ || probe_successes_ + 1 < options_.success_threshold) {
+      --probes_in_flight_;
+      if (!opening_pending_) ++probe_successes_;
+      return;
+    }
+    close_locked(ticket);
+  }
+  deliver(ticket);
+}
+
+void CircuitBreakerCore::record_failure(Clock::time_point now, const Admission& a,
+                                        const Failure& failure) {
+  std::uint64_t ticket = 0;
+  std::optional<OpeningReservation> reservation;
+  {
+    std::lock_guard lock(mutex_);
+    last_exception_ = failure.exception;
+    last_error_ = failure.error;
+    const CircuitState s = state_.load(std::memory_order_relaxed);
+    if (a.probe()) {
+      if (s != CircuitState::half_open || a.generation != probe_generation_) return;
+      if (opening_pending_) {  // another probe already failed; its opening is being sized
+        --probes_in_flight_;
+        return;
+      }
+    } else {
+      if (s != CircuitState::closed) return;
+      if (!count_failure_locked(now) || opening_pending_) return;
+    }
+    if (!options_.break_duration_generator) {
+      open_locked(now, options_.break_duration, ticket);
+    } else {
+      reservation.emplace();
+      reservation->token = ++opening_token_;
+      reservation->from = s;
+      reservation->event =
+          BreakEvent{s, trips_ + 1, failure.exception, failure.error, failure.context};
+      opening_pending_ = true;
+    }
+  }
+  if (reservation) {
+    Clock::duration d{};
+    try {
+      d = options_.break_duration_generator(reservation->event);
+      if (d <= Clock::duration::zero() || d > CircuitBreakerOptions::max_duration) {
+        throw std::invalid_argument(
+            "kevlar::CircuitBreakerOptions::break_duration_generator must return a positive "
+            "duration of at most 2^32 - 2 ms");
+      }
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      if (opening_pending_ && opening_token_ == reservation->token) {
+        opening_pending_ = false;
+        if (a.probe() && probe_generation_ == a.generation && probes_in_flight_ > 0) {
+          --probes_in_flight_;
+        }
+      }
+      throw;
+    }
+    std::lock_guard lock(mutex_);
+    if (!opening_pending_ || opening_token_ != reservation->token) return;  // stale: discarded
+    opening_pending_ = false;
+    if (state_.load(std::memory_order_relaxed) != reservation->from) return;
+    open_locked(now, d, ticket);
+  }
+  deliver(ticket);
+}
+
+void CircuitBreakerCore::record_failure(Clock::time_point now, const Admission& a) {
+  record_failure(now, a, Failure{});
+}
+
+void CircuitBreakerCore::release(const Admission& a) noexcept {
+  if (!a.probe()) return;
+  std::lock_guard lock(mutex_);
+  if (state_.load(std::memory_order_relaxed) == CircuitState::half_open &&
+      a.generation == probe_generation_ && probes_in_flight_ > 0) {
+    --probes_in_flight_;
+  }
+}
+
+void CircuitBreakerCore::isolate() {
+  std::uint64_t ticket = 0;
+  {
+    std::lock_guard lock(mutex_);
+    const CircuitState s = state_.load(std::memory_order_relaxed);
+    if (s != CircuitState::isolated) ticket = enqueue(s, CircuitState::isolated);
+    opening_pending_ = false;
+    ++opening_token_;
+    end_half_open_locked();
+    set_state(CircuitState::isolated);
+  }
+  deliver(ticket);
+}
+
+void CircuitBreakerCore::reset() {
+  std::uint64_t ticket = 0;
+  {
+    std::lock_guard lock(mutex_);
+    const CircuitState s = state_.load(std::memory_order_relaxed);
+    if (s != CircuitState::closed) ticket = enqueue(s, CircuitState::closed);
+    opening_pending_ = false;
+    ++opening_token_;
+    clear_metrics_locked();
+    end_half_open_locked();
+    trips_ = 0;
+    set_state(CircuitState::closed);
+  }
+  deliver(ticket);
+}
+
+CircuitBreakerCore::Metrics CircuitBreakerCore::metrics(Clock::time_point now) const {
+  std::lock_guard lock(mutex_);
+  Metrics m{};
+  m.state = state_.load(std::memory_order_relaxed);
+  m.consecutive_failures = consecutive_.load(std::memory_order_relaxed);
+  if (ratio_mode_) window_locked(bucket_of(now), m.window_total, m.window_failures);
+  m.probes_in_flight = probes_in_flight_;
+  m.opening_pending = opening_pending_;
+  return m;
+}
+
+// ---- core: publication -------------------------------------------------------------------------
+
+void CircuitBreakerCore::deliver(std::uint64_t ticket) {
+  if (ticket == 0) return;
+  std::vector<std::exception_ptr> mine;
+  {
+    std::unique_lock lock(mutex_);
+    const std::thread::id me = std::this_thread::get_id();
+    // Reentrant: the change is queued behind the one being delivered, by this very thread.
+    if (publishing_ && publisher_ == me) return;
+    const auto delivered = [&] {
+      if (delivered_seq_ < ticket || delivering_owner_ == ticket) return false;
+      return std::none_of(queue_.begin(), queue_.end(),
+                          [&](const Event& e) { return e.owner == ticket; });
+    };
+    while (!delivered()) {
+      if (publishing_) {  // another thread delivers; wait until it delivered this change
+        delivered_.wait(lock);
+        continue;
+      }
+      publishing_ = true;
+      publisher_ = me;
+      while (!queue_.empty()) {
+        Event e = std::move(queue_.front());
+        queue_.pop_front();
+        delivering_owner_ = e.owner;
+        const std::shared_ptr<const std::vector<Observer>> observers = observers_;
+        lock.unlock();
+        std::vector<std::exception_ptr> failed;
+        for (const Observer& o : *observers) {
+          try {
+            o(e.change);
+          } catch (...) {
+            try {
+              failed.push_back(std::current_exception());
+            } catch (...) {  // std::bad_alloc: the observer's exception is lost, nothing else
+            }
+          }
+        }
+        lock.lock();
+        for (std::exception_ptr& ep : failed) {
+          try {
+            observer_failures_.emplace_back(e.owner, std::move(ep));
+          } catch (...) {
+          }
+        }
+        delivered_seq_ = e.seq;
+        delivering_owner_ = 0;
+        delivered_.notify_all();
+      }
+      publishing_ = false;
+      publisher_ = std::thread::id();
+      delivered_.notify_all();
+    }
+    for (auto it = observer_failures_.begin(); it != observer_failures_.end();) {
+      if (it->first == ticket) {
+        mine.push_back(std::move(it->second));
+        it = observer_failures_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (mine.size() == 1) std::rethrow_exception(mine.front());
+  if (mine.size() > 1) throw CircuitObserverErrors(std::move(mine));
+}
+
+// ---- the strategy
+// --------------------------------------------------------------------------------
+
+namespace {
+
+/// Per-execution data: how the call was admitted and whether its outcome was recorded.
+struct Frame {
+  CircuitBreakerCore::Admission admission;
+  bool settled = true;
+};
+
+}  // namespace
+
+CircuitBreaker::CircuitBreaker(const CircuitBreakerOptions& options) : core_(options) {}
+
+std::string CircuitBreaker::describe() const {
+  const CircuitBreakerOptions& o = core_.options();
+  std::string s = "CircuitBreaker(";
+  if (o.failure_ratio) {
+    s += format_number(*o.failure_ratio * 100.0) + "% over " + detail::format_duration(o.sampling_window) +
+         ", min " + std::to_string(o.minimum_throughput);
+  } else {
+    s += std::to_string(*o.consecutive_failures) + " consecutive";
+  }
+  s += ", break ";
+  s += o.break_duration_generator ? std::string("dynamic") : detail::format_duration(o.break_duration);
+  if (o.half_open_probes != 1 || o.success_threshold != 1) {
+    s += ", probes " + std::to_string(o.half_open_probes) + ", close after " +
+         std::to_string(o.success_threshold);
+  }
+  return s + ")";
+}
+
+StrategyTraits CircuitBreaker::traits() const noexcept {
+  return {StrategyRole::reactive, /*stateful=*/true, sizeof(Frame)};
+}
+
+Step CircuitBreaker::on_start(Layer& layer) {
+  Frame* f = ::new (layer.frame()) Frame{};
+  if (core_.try_admit_closed()) return Step::run_inner;
+  const CircuitBreakerCore::Admission a = core_.admit(layer.clock().now());
+  if (!a.admitted()) {
+    layer.outcome().set_rejection(
+        make_error_code(a.state == CircuitState::isolated ? errc::isolated : errc::circuit_open),
+        a.retry_after);
+    return Step::complete;
+  }
+  f->admission = a;
+  f->settled = !a.probe();
+  return Step::run_inner;
+}
+
+Step CircuitBreaker::on_inner_complete(Layer& layer) {
+  Frame& f = layer.frame_as<Frame>();
+  f.settled = true;
+  if (layer.handled()) {
+    const OutcomeRef o = layer.outcome();
+    core_.record_failure(layer.clock().now(), f.admission,
+                         {o.exception(), o.error(), &layer.context()});
+    return Step::complete;
+  }
+  const OutcomeRef o = layer.outcome();
+  if (o.failed() &&
+      (layer.cancelled_from_outside() || layer.context().stop_token().stop_requested()) &&
+      o.is_cancellation()) {
+    core_.release(f.admission);  // the caller's cancellation says nothing about the dependency
+    return Step::complete;
+  }
+  core_.record_success(core_.ratio_mode() ? layer.clock().coarse_now() : Clock::time_point{},
+                       f.admission);
+  return Step::complete;
+}
+
+void CircuitBreaker::on_finish(Layer& layer) noexcept {
+  Frame& f = layer.frame_as<Frame>();
+  if (!f.settled) core_.release(f.admission);  // abandoned, or failed before recording
+  f.~Frame();
+}
+
+// ---- Shield entry points
+// -------------------------------------------------------------------------
+
+Shield Shield::circuit_breaker(int consecutive_failures, Clock::duration break_duration) const {
+  CircuitBreakerOptions o;
+  o.consecutive_failures = consecutive_failures;
+  o.break_duration = break_duration;
+  return use(CircuitBreaker::create(o));
+}
+
+Shield Shield::circuit_breaker(const CircuitBreakerOptions& options) const {
+  return use(CircuitBreaker::create(options));
+}
+
+}  // namespace kevlar
