@@ -23,7 +23,7 @@ on_exit() {
   local rc=$?
   if ((rc != 0)); then
     echo
-    echo "run-tests: FAILED in stage ${current_stage:-setup} (exit $rc)${summary:+; passed before it: ${summary[*]}}" >&2
+    echo "run-tests: FAILED in stage ${current_stage:-setup} (exit $rc) after $((SECONDS - ${stage_started:-0}))s${summary:+; passed before it: ${summary[*]}}" >&2
   fi
 }
 trap on_exit EXIT
