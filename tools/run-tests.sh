@@ -79,6 +79,7 @@ finish_stage() {
 for stage in $stages; do
   stage_started=$SECONDS
   tests_run=""
+  current_stage="$stage"
   case "$stage" in
     a)
       current_stage="a gcc-release"
