@@ -1,3 +1,4 @@
+#include <kevlar/context.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/outcome.hpp>
 
@@ -54,6 +55,8 @@ bool is_cancellation(const boost::system::error_code& ec) noexcept {
 
 Error::Error(const boost::system::error_code& ec, std::optional<duration> retry_after)
     : std::system_error(static_cast<std::error_code>(ec)), error_(ec), retry_after_(retry_after) {}
+
+void Context::throw_cancelled() { throw Error(boost::asio::error::operation_aborted); }
 
 namespace detail {
 

@@ -126,6 +126,12 @@ class Context {
     return deadline_ != Clock::time_point::max() && clock_->now() >= deadline_;
   }
 
+  /// Throws kevlar::Error(`asio::error::operation_aborted`) if cancelled() is true: the way a
+  /// synchronous function gives up when a timeout expires or the caller stops it.
+  void throw_if_cancelled() const {
+    if (cancelled()) throw_cancelled();
+  }
+
   /// The caller's stop token (synchronous executions; empty otherwise).
   [[nodiscard]] const std::stop_token& stop_token() const noexcept { return stop_; }
 
@@ -143,6 +149,7 @@ class Context {
  private:
   friend class detail::CallBase;
   friend class Layer;
+  [[noreturn]] static void throw_cancelled();
 
   const Clock* clock_;
   std::stop_token stop_;

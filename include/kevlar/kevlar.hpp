@@ -11,3 +11,4 @@
 #include <kevlar/retry.hpp>
 #include <kevlar/shield.hpp>
 #include <kevlar/strategy.hpp>
+#include <kevlar/timeout.hpp>

@@ -113,6 +113,10 @@ class Layer {
     call_->cancel_inner(index_, type);
   }
 
+  /// The engine's execution object, for kevlar's own strategies that hand it to internal
+  /// machinery (the timeout's deadline queue). Not part of the stable interface.
+  [[nodiscard]] detail::CallBase* call() const noexcept { return call_; }
+
   /// Asynchronous executions: the executor the execution's completions run on.
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept {
     return call_->call_executor();

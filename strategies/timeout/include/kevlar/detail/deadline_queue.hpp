@@ -1,0 +1,92 @@
+// kevlar — internal: the shared deadline queue behind asynchronous timeouts.
+#pragma once
+
+#include <kevlar/clock.hpp>
+#include <kevlar/detail/call_base.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/execution_context.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+namespace kevlar::detail {
+
+class DeadlineQueue;
+
+/// One armed deadline; lives in a Timeout layer's frame.
+struct DeadlineEntry {
+  enum class State : std::uint8_t { idle, armed, firing, fired };
+
+  DeadlineEntry* prev = nullptr;
+  DeadlineEntry* next = nullptr;
+  Clock::time_point deadline{};
+  CallBase* call = nullptr;
+  std::size_t index = 0;
+  DeadlineQueue* queue = nullptr;
+  State state = State::idle;
+};
+
+/// The deadlines of one (execution context, clock, duration): they are armed in deadline order,
+/// so arming and disarming are O(1) list operations under a small lock, with one clock timer
+/// underneath for the earliest deadline. The timer is never cancelled when a call finishes early
+/// (that would cost a syscall per call); it fires at the earliest deadline it was armed for and is
+/// re-armed only if deadlines remain. When a deadline expires, the cancellation is delivered on the
+/// execution's own executor, and only if the execution has not finished meanwhile.
+class DeadlineQueue final : private ClockWaiter {
+ public:
+  DeadlineQueue(const Clock& clock, const boost::asio::any_io_executor& ex, bool ordered);
+  ~DeadlineQueue();
+  DeadlineQueue(const DeadlineQueue&) = delete;
+  DeadlineQueue& operator=(const DeadlineQueue&) = delete;
+
+  /// Arms `e` (its deadline, call and index are set).
+  void arm(DeadlineEntry& e);
+  /// Disarms `e` if it has not fired; returns true if it had fired (its cancellation was
+  /// delivered). Safe to call for an entry in any state.
+  bool disarm(DeadlineEntry& e) noexcept;
+  /// Cancels the clock timer if no deadline is armed (lets io_context::run() return at once).
+  void release_idle_timer() noexcept;
+  /// Delivers the expiry of `e` (runs on the execution's executor).
+  void deliver(DeadlineEntry* e) noexcept;
+  /// Destroys every pending operation (the execution context is shutting down).
+  void shutdown() noexcept;
+
+ private:
+  // ClockWaiter: the timer.
+  [[nodiscard]] boost::asio::any_io_executor executor() const noexcept override { return ex_; }
+  [[nodiscard]] boost::asio::cancellation_slot cancellation_slot() const noexcept override {
+    return {};
+  }
+  void complete(const boost::system::error_code& ec) override;
+  void abandon() noexcept override;
+
+  void link_back(DeadlineEntry& e) noexcept;
+  void unlink(DeadlineEntry*& head, DeadlineEntry*& tail, DeadlineEntry& e) noexcept;
+  void arm_timer_locked(Clock::time_point t);
+
+  const Clock* clock_;
+  boost::asio::any_io_executor ex_;
+  bool ordered_;  ///< every deadline has the same duration: appending keeps the list sorted
+  std::mutex mutex_;
+  DeadlineEntry* head_ = nullptr;  ///< armed, earliest first
+  DeadlineEntry* tail_ = nullptr;
+  DeadlineEntry* firing_head_ = nullptr;  ///< expired, cancellation on its way
+  DeadlineEntry* firing_tail_ = nullptr;
+  std::unique_ptr<ClockTimer> timer_;
+  bool timer_waiting_ = false;
+  bool shut_down_ = false;
+  Clock::time_point timer_deadline_{};
+};
+
+/// Finds (or creates) the queue for an execution context, clock and duration (0: deadlines of
+/// varying durations). Queues belong to an Asio service of the context and die with it.
+[[nodiscard]] DeadlineQueue& deadline_queue_for(const boost::asio::any_io_executor& ex,
+                                                const Clock& clock, Clock::duration duration);
+
+/// Cancels the idle timers of every deadline queue of `ctx`.
+void release_idle_deadline_timers(boost::asio::execution_context& ctx) noexcept;
+
+}  // namespace kevlar::detail

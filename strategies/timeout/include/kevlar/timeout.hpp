@@ -1,0 +1,84 @@
+// kevlar — the Timeout strategy.
+#pragma once
+
+#include <kevlar/clock.hpp>
+#include <kevlar/context.hpp>
+#include <kevlar/shield.hpp>
+#include <kevlar/strategy.hpp>
+
+#include <boost/asio/execution_context.hpp>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace kevlar {
+
+/// What a timeout hook receives.
+struct TimeoutEvent {
+  Clock::duration timeout;  ///< the budget that elapsed
+  Context& context;         ///< the execution's context (do not keep it)
+};
+
+/// Options of Shield::timeout. Defaults follow Kevlar.
+struct TimeoutOptions {
+  /// The budget (> 0, <= max_timeout). Outside a retry it bounds the whole call; inside, each
+  /// attempt.
+  Clock::duration timeout = std::chrono::seconds(30);
+  /// If set, called once per execution (at this position) to choose the budget instead of
+  /// `timeout`; an invalid result (<= 0 or > max_timeout) fails that execution with
+  /// std::invalid_argument.
+  std::function<Clock::duration(Context&)> timeout_generator;
+  /// Called when this timeout expires, before the call completes with `errc::timeout`. An
+  /// exception it throws becomes the outcome instead.
+  std::function<void(const TimeoutEvent&)> on_timeout;
+
+  /// The longest supported budget (Kevlar's: 2^32 - 2 ms, about 49.7 days).
+  static constexpr Clock::duration max_timeout = std::chrono::milliseconds(4294967294LL);
+};
+
+/// Bounds the time the strategies inside it and the user's operation may take.
+///
+/// Asynchronous executions: expiry cancels the pending step through its cancellation slot
+/// (terminal cancellation), so the operation really stops (a socket read or timer wait is
+/// aborted, not abandoned); when it completes with `operation_aborted`, the call completes with
+/// `errc::timeout`. No kernel timer is armed per call: deadlines of one duration share one queue
+/// per execution context with one clock timer underneath (arming and disarming are O(1) list
+/// operations). That timer is not cancelled when calls finish early; io_context::run() may
+/// therefore return up to one budget after the last call, unless release_idle_timers() is called.
+/// Expiry is delivered on the execution's own executor: with a multi-threaded io_context, run
+/// the calls on a strand, as for any Asio per-operation cancellation.
+///
+/// Synchronous executions: cooperative. The budget becomes the context's deadline
+/// (Context::cancelled() turns true when it passes, and kevlar's own waits end there); a
+/// function that then fails with a cancellation (e.g. throws kevlar::Error(operation_aborted)
+/// via Context::throw_if_cancelled) fails the call with `errc::timeout`.
+///
+/// Arbitration (Kevlar's rules): a cancellation by the caller (or by a timeout outside this one)
+/// stays a cancellation and is never reported as a timeout; of equal nested timeouts the outermost
+/// reports; a success or a non-cancellation failure that arrives after expiry passes through
+/// unchanged.
+///
+/// Thread-safety: one instance serves any number of concurrent executions.
+class TimeoutStrategy final : public Strategy {
+ public:
+  /// Validates `options` (std::invalid_argument naming the option).
+  explicit TimeoutStrategy(TimeoutOptions options);
+
+  [[nodiscard]] std::string describe() const override;
+  [[nodiscard]] StrategyTraits traits() const noexcept override;
+  Step on_start(Layer& layer) override;
+  Step on_inner_complete(Layer& layer) override;
+  void on_finish(Layer& layer) noexcept override;
+
+  [[nodiscard]] const TimeoutOptions& options() const noexcept { return options_; }
+
+  /// Cancels the idle deadline timers kevlar keeps on `ctx`, so that io_context::run() can return
+  /// without waiting for them. Thread-safe.
+  static void release_idle_timers(boost::asio::execution_context& ctx) noexcept;
+
+ private:
+  TimeoutOptions options_;
+};
+
+}  // namespace kevlar

@@ -1,0 +1,224 @@
+#include <kevlar/detail/deadline_queue.hpp>
+
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <tuple>
+#include <utility>
+
+namespace kevlar::detail {
+
+// ---- DeadlineQueue ------------------------------------------------------------------------------
+
+DeadlineQueue::DeadlineQueue(const Clock& clock, const boost::asio::any_io_executor& ex,
+                             bool ordered)
+    : clock_(&clock), ex_(ex), ordered_(ordered) {}
+
+DeadlineQueue::~DeadlineQueue() {
+  shutdown();
+}
+
+void DeadlineQueue::link_back(DeadlineEntry& e) noexcept {
+  if (ordered_ || tail_ == nullptr || tail_->deadline <= e.deadline) {
+    e.prev = tail_;
+    e.next = nullptr;
+    (tail_ != nullptr ? tail_->next : head_) = &e;
+    tail_ = &e;
+    return;
+  }
+  // Deadlines of varying durations: walk back to the entry's place (short in practice).
+  DeadlineEntry* after = tail_;
+  while (after != nullptr && after->deadline > e.deadline) after = after->prev;
+  e.prev = after;
+  e.next = after != nullptr ? after->next : head_;
+  (e.next != nullptr ? e.next->prev : tail_) = &e;
+  (after != nullptr ? after->next : head_) = &e;
+}
+
+void DeadlineQueue::unlink(DeadlineEntry*& head, DeadlineEntry*& tail, DeadlineEntry& e) noexcept {
+  (e.prev != nullptr ? e.prev->next : head) = e.next;
+  (e.next != nullptr ? e.next->prev : tail) = e.prev;
+  e.prev = e.next = nullptr;
+}
+
+void DeadlineQueue::arm_timer_locked(Clock::time_point t) {
+  if (shut_down_) return;
+  if (timer_waiting_) {
+    // A wait is outstanding. If it is for a later deadline (only possible with varying
+    // durations), cancel it: its completion re-arms for the earliest deadline.
+    if (t < timer_deadline_) timer_->cancel();
+    return;
+  }
+  if (!timer_) timer_ = clock_->make_timer(ex_);
+  timer_waiting_ = true;
+  timer_deadline_ = t;
+  timer_->async_wait_until(t, *this);
+}
+
+void DeadlineQueue::arm(DeadlineEntry& e) {
+  std::lock_guard lock(mutex_);
+  e.queue = this;
+  e.state = DeadlineEntry::State::armed;
+  link_back(e);
+  if (head_ == &e) arm_timer_locked(e.deadline);
+}
+
+bool DeadlineQueue::disarm(DeadlineEntry& e) noexcept {
+  std::lock_guard lock(mutex_);
+  switch (e.state) {
+    case DeadlineEntry::State::armed:
+      unlink(head_, tail_, e);
+      break;
+    case DeadlineEntry::State::firing:
+      unlink(firing_head_, firing_tail_, e);
+      break;
+    case DeadlineEntry::State::idle:
+    case DeadlineEntry::State::fired:
+      break;
+  }
+  const bool fired = e.state == DeadlineEntry::State::fired;
+  e.state = DeadlineEntry::State::idle;
+  return fired;
+}
+
+void DeadlineQueue::release_idle_timer() noexcept {
+  std::lock_guard lock(mutex_);
+  if (head_ == nullptr && timer_waiting_) timer_->cancel();
+}
+
+namespace {
+
+/// Delivers one expiry on the execution's executor.
+struct FireJob {
+  DeadlineQueue* queue;
+  DeadlineEntry* entry;
+  void operator()() const noexcept { queue->deliver(entry); }
+};
+
+}  // namespace
+
+void DeadlineQueue::complete(const boost::system::error_code&) {
+  std::lock_guard lock(mutex_);
+  timer_waiting_ = false;
+  if (shut_down_) return;
+  const Clock::time_point now = clock_->now();
+  while (head_ != nullptr && head_->deadline <= now) {
+    DeadlineEntry* e = head_;
+    unlink(head_, tail_, *e);
+    e->state = DeadlineEntry::State::firing;
+    e->prev = firing_tail_;
+    (firing_tail_ != nullptr ? firing_tail_->next : firing_head_) = e;
+    firing_tail_ = e;
+    // The execution may finish before the job runs: the job looks the entry up in the firing
+    // list (by address, without touching it) before using it.
+    boost::asio::post(e->call->call_executor(), FireJob{this, e});
+  }
+  if (head_ != nullptr) arm_timer_locked(head_->deadline);
+}
+
+void DeadlineQueue::abandon() noexcept {
+  std::lock_guard lock(mutex_);
+  timer_waiting_ = false;
+}
+
+void DeadlineQueue::deliver(DeadlineEntry* target) noexcept {
+  std::lock_guard lock(mutex_);
+  for (DeadlineEntry* e = firing_head_; e != nullptr; e = e->next) {
+    if (e != target) continue;
+    unlink(firing_head_, firing_tail_, *e);
+    e->state = DeadlineEntry::State::fired;
+    e->call->cancel_inner(e->index, boost::asio::cancellation_type::terminal);
+    return;
+  }
+}
+
+void DeadlineQueue::shutdown() noexcept {
+  std::unique_ptr<ClockTimer> timer;
+  {
+    std::lock_guard lock(mutex_);
+    shut_down_ = true;
+    timer = std::move(timer_);
+  }
+}
+
+// ---- the per-context service --------------------------------------------------------------------
+
+namespace {
+
+/// Incremented whenever a DeadlineService dies, so that thread-local caches never hand out a
+/// queue of a context that no longer exists (even if a new context reuses its address).
+std::atomic<std::uint64_t> g_service_epoch{1};
+
+class DeadlineService final : public boost::asio::execution_context::service {
+ public:
+  static inline boost::asio::execution_context::id id;
+
+  explicit DeadlineService(boost::asio::execution_context& ctx)
+      : boost::asio::execution_context::service(ctx) {}
+  ~DeadlineService() override { g_service_epoch.fetch_add(1, std::memory_order_acq_rel); }
+
+  DeadlineQueue& queue(const boost::asio::any_io_executor& ex, const Clock& clock,
+                       Clock::duration d) {
+    std::lock_guard lock(mutex_);
+    auto& q = queues_[Key{&clock, d.count()}];
+    if (!q) q = std::make_unique<DeadlineQueue>(clock, ex, d.count() != 0);
+    return *q;
+  }
+
+  void release_idle() noexcept {
+    std::lock_guard lock(mutex_);
+    for (auto& [key, q] : queues_) q->release_idle_timer();
+  }
+
+ private:
+  void shutdown() override {
+    g_service_epoch.fetch_add(1, std::memory_order_acq_rel);
+    std::lock_guard lock(mutex_);
+    for (auto& [key, q] : queues_) q->shutdown();
+  }
+
+  using Key = std::pair<const Clock*, Clock::duration::rep>;
+  std::mutex mutex_;
+  std::map<Key, std::unique_ptr<DeadlineQueue>> queues_;
+};
+
+struct CacheEntry {
+  const void* context = nullptr;
+  const Clock* clock = nullptr;
+  Clock::duration::rep duration = 0;
+  std::uint64_t epoch = 0;
+  DeadlineQueue* queue = nullptr;
+};
+
+thread_local std::array<CacheEntry, 4> tl_cache;
+thread_local unsigned tl_cache_next = 0;
+
+}  // namespace
+
+DeadlineQueue& deadline_queue_for(const boost::asio::any_io_executor& ex, const Clock& clock,
+                                  Clock::duration duration) {
+  boost::asio::execution_context& ctx = boost::asio::query(ex, boost::asio::execution::context);
+  const std::uint64_t epoch = g_service_epoch.load(std::memory_order_acquire);
+  for (const CacheEntry& c : tl_cache) {
+    if (c.context == &ctx && c.clock == &clock && c.duration == duration.count() &&
+        c.epoch == epoch) {
+      return *c.queue;
+    }
+  }
+  DeadlineQueue& q = boost::asio::use_service<DeadlineService>(ctx).queue(ex, clock, duration);
+  tl_cache[tl_cache_next++ % tl_cache.size()] =
+      CacheEntry{&ctx, &clock, duration.count(), epoch, &q};
+  return q;
+}
+
+void release_idle_deadline_timers(boost::asio::execution_context& ctx) noexcept {
+  if (boost::asio::has_service<DeadlineService>(ctx)) {
+    boost::asio::use_service<DeadlineService>(ctx).release_idle();
+  }
+}
+
+}  // namespace kevlar::detail

@@ -1,0 +1,131 @@
+#include <kevlar/detail/deadline_queue.hpp>
+#include <kevlar/detail/duration_format.hpp>
+#include <kevlar/timeout.hpp>
+
+#include <boost/asio/error.hpp>
+
+#include <new>
+#include <sstream>
+#include <stdexcept>
+
+namespace kevlar {
+namespace {
+
+struct Frame {
+  detail::DeadlineEntry entry;
+  Clock::time_point previous_deadline{};
+  Clock::time_point deadline{};
+  Clock::duration budget{};
+  bool armed = false;
+  bool deadline_set = false;
+};
+
+Clock::duration validated(Clock::duration d, const char* what) {
+  if (d <= Clock::duration::zero() || d > TimeoutOptions::max_timeout) {
+    std::ostringstream msg;
+    msg << "kevlar::TimeoutOptions::" << what << " must be positive and at most "
+        << std::chrono::duration_cast<std::chrono::milliseconds>(TimeoutOptions::max_timeout)
+               .count()
+        << " ms (got " << std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() << " ns)";
+    throw std::invalid_argument(msg.str());
+  }
+  return d;
+}
+
+/// Disarms the deadline and restores the context's previous one; idempotent.
+void disarm(Layer& layer, Frame& f) noexcept {
+  if (f.armed) {
+    f.entry.queue->disarm(f.entry);
+    f.armed = false;
+  }
+  if (f.deadline_set) {
+    layer.exchange_deadline(f.previous_deadline);
+    f.deadline_set = false;
+  }
+}
+
+}  // namespace
+
+TimeoutStrategy::TimeoutStrategy(TimeoutOptions options) : options_(std::move(options)) {
+  if (!options_.timeout_generator) validated(options_.timeout, "timeout");
+}
+
+std::string TimeoutStrategy::describe() const {
+  if (options_.timeout_generator) return "Timeout(dynamic)";
+  return "Timeout(" + detail::format_duration(options_.timeout) + ")";
+}
+
+StrategyTraits TimeoutStrategy::traits() const noexcept {
+  return {StrategyRole::proactive, false, sizeof(Frame)};
+}
+
+Step TimeoutStrategy::on_start(Layer& layer) {
+  Frame& f = *::new (layer.frame()) Frame{};
+  f.budget = options_.timeout_generator ? validated(options_.timeout_generator(layer.context()),
+                                                    "timeout_generator result")
+                                        : options_.timeout;
+  // Deadlines come from the cheap coarse clock, pushed back by its resolution so that a deadline
+  // is never earlier than the budget asks (at most one scheduler tick later, like any timer).
+  const Clock& clock = layer.clock();
+  f.deadline = clock.coarse_now() + clock.coarse_resolution() + f.budget;
+  if (layer.synchronous()) {
+    f.previous_deadline = layer.exchange_deadline(std::min(f.deadline, layer.context().deadline()));
+    f.deadline_set = true;
+    return Step::run_inner;
+  }
+  f.entry.deadline = f.deadline;
+  f.entry.call = nullptr;
+  detail::DeadlineQueue& q = detail::deadline_queue_for(
+      layer.executor(), layer.clock(),
+      options_.timeout_generator ? Clock::duration::zero() : options_.timeout);
+  f.entry.index = layer.index();
+  f.entry.call = layer.call();
+  q.arm(f.entry);
+  f.armed = true;
+  return Step::run_inner;
+}
+
+Step TimeoutStrategy::on_inner_complete(Layer& layer) {
+  Frame& f = layer.frame_as<Frame>();
+  const bool synchronous = layer.synchronous();
+  const Clock::time_point previous = f.previous_deadline;
+  disarm(layer, f);
+  OutcomeRef outcome = layer.outcome();
+  if (!outcome.is_cancellation()) return Step::complete;  // success or another failure: unchanged
+  bool timed_out = false;
+  if (synchronous) {
+    // Cooperative: the function gave up. It was this timeout if its deadline passed, unless the
+    // caller stopped the call or an outer deadline (no later than ours) had passed too.
+    const Clock::time_point now = layer.clock().now();
+    const bool outer = layer.context().stop_token().stop_requested() || previous <= now;
+    timed_out = !outer && now >= f.deadline;
+  } else {
+    timed_out = !layer.cancelled_from_outside() && layer.cancelled_inner();
+  }
+  if (!timed_out) return Step::complete;
+  outcome.set_error(make_error_code(errc::timeout));
+  if (options_.on_timeout) options_.on_timeout(TimeoutEvent{f.budget, layer.context()});
+  return Step::complete;
+}
+
+void TimeoutStrategy::on_finish(Layer& layer) noexcept {
+  Frame& f = layer.frame_as<Frame>();
+  disarm(layer, f);
+  f.~Frame();
+}
+
+void TimeoutStrategy::release_idle_timers(boost::asio::execution_context& ctx) noexcept {
+  detail::release_idle_deadline_timers(ctx);
+}
+
+Shield Shield::timeout(Clock::duration timeout) const {
+  TimeoutOptions options;
+  options.timeout = timeout;
+  return this->timeout(options);
+}
+
+Shield Shield::timeout(const TimeoutOptions& options) const {
+  return use(std::make_shared<TimeoutStrategy>(options));
+}
+
+}  // namespace kevlar

@@ -1,0 +1,441 @@
+#include "core/async_ops.hpp"
+#include "core/test_strategies.hpp"
+
+#include <alloc_counter.hpp>
+#include <kevlar/kevlar.hpp>
+#include <kevlar/timeout.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/connect_pair.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/write.hpp>
+
+#include <array>
+#include <thread>
+
+namespace kevlar {
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using namespace std::chrono_literals;
+
+/// An operation that never completes by itself: a steady timer an hour away (real time).
+struct Hang {
+  asio::steady_timer* timer;
+  template <class Token>
+  auto operator()(Token&& token) const {
+    timer->expires_after(std::chrono::hours(1));
+    return timer->async_wait(std::forward<Token>(token));
+  }
+};
+
+struct Fixture : ::testing::Test {
+  std::shared_ptr<ManualClock> clock = ManualClock::create();  // outlives the io_context
+  asio::io_context ioc;
+};
+
+using Timeout = Fixture;
+
+TEST_F(Timeout, ExpiryAbortsTheOperationAndReportsTimeout) {
+  asio::steady_timer timer(ioc);
+  int timeouts = 0;
+  TimeoutOptions o;
+  o.timeout = 2s;
+  o.on_timeout = [&](const TimeoutEvent& e) {
+    ++timeouts;
+    EXPECT_EQ(e.timeout, 2s);
+  };
+  const Shield shield = Shield{}.timeout(o).with_clock(clock);
+  std::optional<error_code> got;
+  shield.execute_async(Hang{&timer}, asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+  ioc.poll();
+  clock->advance(1999ms);
+  ioc.poll();
+  EXPECT_FALSE(got.has_value());
+  clock->advance(1ms);
+  ioc.poll();
+  ioc.poll();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::timeout);
+  EXPECT_EQ(timeouts, 1);
+  EXPECT_EQ(timer.cancel(), 0U);  // the timer wait really was aborted, not left pending
+}
+
+TEST_F(Timeout, ExpiryAbortsAPendingSocketRead) {
+  asio::local::stream_protocol::socket a(ioc), b(ioc);
+  asio::local::connect_pair(a, b);
+  std::array<char, 16> buf{};
+  const Shield shield = Shield{}.timeout(5s).with_clock(clock);
+  std::optional<error_code> got;
+  shield.execute_async(
+      [&](auto token) { return a.async_read_some(asio::buffer(buf), std::move(token)); },
+      asio::bind_executor(ioc, [&](error_code ec, std::size_t n) {
+        got = ec;
+        EXPECT_EQ(n, 0U);
+      }));
+  ioc.poll();
+  clock->advance(5s);
+  for (int i = 0; i < 3 && !got; ++i) ioc.poll();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::timeout);
+  // The socket is still usable: the read was cancelled, not abandoned.
+  std::optional<std::size_t> read;
+  a.async_read_some(asio::buffer(buf), [&](error_code ec, std::size_t n) {
+    EXPECT_FALSE(ec);
+    read = n;
+  });
+  asio::write(b, asio::buffer("hi", 2));
+  ioc.restart();
+  while (!read) ioc.run_one();
+  EXPECT_EQ(*read, 2U);
+}
+
+TEST_F(Timeout, CompletingInTimePassesTheValueAndAStaleDeadlineNeverFiresLater) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  int value = 0;
+  shield.execute_async(
+      [&](auto token) { return test::async_answer(ioc.get_executor(), {}, 7, std::move(token)); },
+      asio::bind_executor(ioc, [&](error_code ec, int v) {
+        EXPECT_FALSE(ec);
+        value = v;
+      }));
+  ioc.poll();
+  EXPECT_EQ(value, 7);
+  // A second call that starts after the first finished: the first one's deadline (at +1s) must
+  // not cancel it.
+  clock->advance(500ms);
+  asio::steady_timer timer(ioc);
+  std::optional<error_code> got;
+  shield.execute_async(Hang{&timer}, asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+  ioc.poll();
+  clock->advance(600ms);  // past the first call's deadline, before the second's
+  ioc.poll();
+  EXPECT_FALSE(got.has_value());
+  clock->advance(400ms);
+  for (int i = 0; i < 3 && !got; ++i) ioc.poll();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::timeout);
+}
+
+TEST_F(Timeout, CallerCancellationWinsAndIsNotATimeout) {
+  asio::steady_timer timer(ioc);
+  int timeouts = 0;
+  TimeoutOptions o;
+  o.timeout = 1s;
+  o.on_timeout = [&](const TimeoutEvent&) { ++timeouts; };
+  const Shield shield = Shield{}.timeout(o).with_clock(clock);
+  asio::cancellation_signal signal;
+  std::optional<error_code> got;
+  shield.execute_async(
+      Hang{&timer}, asio::bind_cancellation_slot(
+                        signal.slot(), asio::bind_executor(ioc, [&](error_code ec) { got = ec; })));
+  ioc.poll();
+  signal.emit(asio::cancellation_type::terminal);
+  clock->advance(2s);  // the deadline passes too before the completion runs
+  for (int i = 0; i < 3 && !got; ++i) ioc.poll();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, asio::error::operation_aborted);
+  EXPECT_EQ(timeouts, 0);
+}
+
+TEST_F(Timeout, EqualNestedTimeoutsReportTheOutermost) {
+  int outer = 0, inner = 0;
+  TimeoutOptions o;
+  o.timeout = 1s;
+  o.on_timeout = [&](const TimeoutEvent&) { ++outer; };
+  TimeoutOptions i = o;
+  i.on_timeout = [&](const TimeoutEvent&) { ++inner; };
+  const Shield shield = Shield{}.timeout(o).timeout(i).with_clock(clock);
+  asio::steady_timer timer(ioc);
+  std::optional<error_code> got;
+  shield.execute_async(Hang{&timer}, asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+  ioc.poll();
+  clock->advance(1s);
+  for (int n = 0; n < 4 && !got; ++n) ioc.poll();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::timeout);
+  EXPECT_EQ(outer, 1);
+  EXPECT_EQ(inner, 0);
+}
+
+TEST_F(Timeout, AShorterInnerTimeoutReportsAndTheOuterPassesItThrough) {
+  int outer = 0, inner = 0;
+  TimeoutOptions o;
+  o.timeout = 10s;
+  o.on_timeout = [&](const TimeoutEvent&) { ++outer; };
+  TimeoutOptions i;
+  i.timeout = 1s;
+  i.on_timeout = [&](const TimeoutEvent&) { ++inner; };
+  const Shield shield = Shield{}.timeout(o).timeout(i).with_clock(clock);
+  asio::steady_timer timer(ioc);
+  std::optional<error_code> got;
+  shield.execute_async(Hang{&timer}, asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+  ioc.poll();
+  clock->advance(1s);
+  for (int n = 0; n < 4 && !got; ++n) ioc.poll();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::timeout);
+  EXPECT_EQ(inner, 1);
+  EXPECT_EQ(outer, 0);
+}
+
+TEST_F(Timeout, InsideARepeaterEachAttemptGetsAFreshBudget) {
+  // Repeat(2) -> Timeout(1s): every attempt hangs and times out after its own second.
+  const Shield shield = Shield{}
+                            .when(Clause{}.error(errc::timeout))
+                            .use(std::make_shared<test::Repeat>(2))
+                            .timeout(1s)
+                            .with_clock(clock);
+  asio::steady_timer timer(ioc);
+  int attempts = 0;
+  std::optional<error_code> got;
+  shield.execute_async(
+      [&](auto token) {
+        ++attempts;
+        return Hang{&timer}(std::move(token));
+      },
+      asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    ioc.poll();
+    EXPECT_EQ(attempts, attempt);
+    clock->advance(999ms);
+    ioc.poll();
+    EXPECT_EQ(attempts, attempt) << "an attempt was cut short by an earlier budget";
+    clock->advance(1ms);
+    ioc.poll();
+    ioc.poll();
+  }
+  for (int n = 0; n < 3 && !got; ++n) ioc.poll();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::timeout);
+  EXPECT_EQ(attempts, 3);
+}
+
+TEST_F(Timeout, OutsideARepeaterItCapsTheWholeLoopIncludingBackoff) {
+  const Shield shield =
+      Shield{}.timeout(5s).use(std::make_shared<test::Repeat>(100, 2s)).with_clock(clock);
+  int attempts = 0;
+  std::optional<error_code> got;
+  shield.execute_async(
+      [&](auto token) {
+        ++attempts;
+        return test::async_answer(ioc.get_executor(), asio::error::connection_refused, 0,
+                                  std::move(token));
+      },
+      asio::bind_executor(ioc, [&](error_code ec, int) { got = ec; }));
+  for (int step = 0; step < 10 && !got; ++step) {
+    ioc.poll();
+    clock->advance(1s);
+    ioc.poll();
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::timeout);
+  EXPECT_EQ(attempts, 3);  // at 0s, 2s, 4s; the wait towards 6s was cut at 5s
+}
+
+TEST_F(Timeout, ALateSuccessPassesThrough) {
+  // An operation that ignores cancellation and succeeds after the deadline.
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  std::function<void(error_code, int)> complete_later;
+  std::optional<error_code> got;
+  int value = 0;
+  shield.execute_async(
+      [&](auto token) {
+        return asio::async_initiate<decltype(token), void(error_code, int)>(
+            [&](auto handler) {
+              auto ex = asio::get_associated_executor(handler);
+              auto h = std::make_shared<decltype(handler)>(std::move(handler));
+              complete_later = [h, ex](error_code ec, int v) {
+                asio::post(ex, [h, ec, v] { (*h)(ec, v); });
+              };
+            },
+            token);
+      },
+      asio::bind_executor(ioc, [&](error_code ec, int v) {
+        got = ec;
+        value = v;
+      }));
+  ioc.poll();
+  clock->advance(3s);
+  ioc.poll();
+  ioc.poll();
+  EXPECT_FALSE(got.has_value());
+  complete_later({}, 5);
+  ioc.restart();  // the operation holds no work of its own, so the context ran out of work
+  ioc.poll();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_FALSE(*got);
+  EXPECT_EQ(value, 5);
+}
+
+TEST_F(Timeout, AThrowingHookReplacesTheTimeout) {
+  TimeoutOptions o;
+  o.timeout = 1s;
+  o.on_timeout = [](const TimeoutEvent&) { throw std::runtime_error("hook"); };
+  const Shield shield = Shield{}.timeout(o).with_clock(clock);
+  auto outcome = shield.execute_outcome([&](Context& ctx) {
+    clock->advance(1s);
+    ctx.throw_if_cancelled();
+    return 1;
+  });
+  ASSERT_TRUE(outcome.has_exception());
+  EXPECT_THROW(std::rethrow_exception(outcome.exception()), std::runtime_error);
+}
+
+TEST_F(Timeout, SynchronousTimeoutIsCooperative) {
+  const Shield shield = Shield{}.timeout(2s).with_clock(clock);
+  auto timed_out = shield.execute_outcome([&](Context& ctx) {
+    EXPECT_FALSE(ctx.cancelled());
+    EXPECT_EQ(ctx.deadline(), clock->now() + 2s);
+    clock->advance(2s);
+    EXPECT_TRUE(ctx.cancelled());
+    ctx.throw_if_cancelled();
+    return 1;
+  });
+  ASSERT_TRUE(timed_out.has_error());
+  EXPECT_EQ(timed_out.error(), errc::timeout);
+  // A function that finishes late but successfully is not failed.
+  EXPECT_EQ(shield.execute([&] {
+    clock->advance(3s);
+    return 4;
+  }),
+            4);
+  // The caller's stop is a cancellation, not a timeout.
+  std::stop_source stop;
+  auto stopped = shield.execute_outcome(
+      [&](Context& ctx) {
+        stop.request_stop();
+        clock->advance(3s);
+        ctx.throw_if_cancelled();
+        return 1;
+      },
+      stop.get_token());
+  ASSERT_TRUE(stopped.has_exception());
+  try {
+    std::rethrow_exception(stopped.exception());
+  } catch (const Error& e) {
+    EXPECT_TRUE(is_cancellation(e.error()));
+  }
+}
+
+TEST_F(Timeout, SynchronousTimeoutCutsAnInnerWaitShort) {
+  const Shield shield =
+      Shield{}.timeout(3s).use(std::make_shared<test::Delay>(1h)).with_clock(clock);
+  std::optional<Outcome<int>> outcome;
+  std::jthread caller([&] { outcome = shield.execute_outcome([] { return 1; }); });
+  clock->wait_for_sleepers(1);
+  clock->advance(3s);
+  caller.join();
+  ASSERT_TRUE(outcome.has_value());
+  ASSERT_TRUE(outcome->has_error());
+  EXPECT_EQ(outcome->error(), errc::timeout);
+}
+
+TEST_F(Timeout, GeneratorChoosesTheBudget) {
+  TimeoutOptions o;
+  o.timeout_generator = [](Context&) { return std::chrono::milliseconds(250); };
+  const Shield shield = Shield{}.timeout(o).with_clock(clock);
+  EXPECT_EQ(shield.describe(), "Timeout(dynamic)");
+  shield.execute([&](Context& ctx) { EXPECT_EQ(ctx.deadline(), clock->now() + 250ms); });
+  TimeoutOptions bad;
+  bad.timeout_generator = [](Context&) { return Clock::duration::zero(); };
+  auto outcome = Shield{}.timeout(bad).execute_outcome([] { return 1; });
+  ASSERT_TRUE(outcome.has_exception());
+  EXPECT_THROW(std::rethrow_exception(outcome.exception()), std::invalid_argument);
+}
+
+TEST_F(Timeout, InvalidOptionsAreRefusedAtBuild) {
+  EXPECT_THROW((void)Shield{}.timeout(0s), std::invalid_argument);
+  EXPECT_THROW((void)Shield{}.timeout(-1s), std::invalid_argument);
+  EXPECT_THROW((void)Shield{}.timeout(std::chrono::hours(24 * 60)), std::invalid_argument);
+  try {
+    (void)Shield{}.timeout(0s);
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("TimeoutOptions::timeout"), std::string::npos);
+  }
+}
+
+TEST_F(Timeout, Describe) {
+  EXPECT_EQ(Shield{}.timeout(30s).describe(), "Timeout(30s)");
+  EXPECT_EQ(Shield{}.timeout(250ms).describe(), "Timeout(250ms)");
+  EXPECT_EQ(Shield{}.timeout(90s).describe(), "Timeout(1.5m)");
+}
+
+TEST_F(Timeout, HappyPathAllocatesNothingAfterWarmUp) {
+  const Shield shield = Shield{}.timeout(10s).with_clock(clock);
+  std::uint64_t allocations = 99;
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        auto ex = co_await asio::this_coro::executor;
+        auto op = [ex](auto token) { return test::async_answer(ex, {}, 1, std::move(token)); };
+        for (int i = 0; i < 10; ++i) co_await shield.execute_async(op);
+        kevlar::testing::AllocScope scope;
+        for (int i = 0; i < 1000; ++i) co_await shield.execute_async(op);
+        allocations = scope.count();
+      },
+      [](std::exception_ptr ep) {
+        if (ep) std::rethrow_exception(ep);
+      });
+  for (int i = 0; i < 5000 && allocations == 99; ++i) ioc.poll();
+  EXPECT_EQ(allocations, 0U);
+}
+
+TEST_F(Timeout, AbandonedExecutionDisarmsItsDeadline) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  {
+    asio::io_context local;
+    asio::steady_timer timer(local);
+    shield.execute_async(Hang{&timer}, asio::bind_executor(local, [](error_code) {}));
+    local.poll();
+  }                    // destroyed with the execution pending
+  clock->advance(2s);  // the queue has nothing left to fire into
+  ioc.poll();
+}
+
+TEST_F(Timeout, StrandSerialisedExecutionsRaceTheirDeadlinesSafely) {
+  // Two threads run the io_context; each execution lives on its own strand. Deadlines expire
+  // while operations complete, in every interleaving the scheduler produces.
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  auto guard = asio::make_work_guard(ioc);
+  std::array<std::jthread, 2> threads{std::jthread([&] { ioc.run(); }),
+                                      std::jthread([&] { ioc.run(); })};
+  std::atomic<int> done{0};
+  std::atomic<int> timeouts{0};
+  constexpr int calls = 200;
+  for (int i = 0; i < calls; ++i) {
+    auto strand = asio::make_strand(ioc);
+    asio::post(strand, [&, strand, i] {
+      shield.execute_async(
+          [&, strand, i](auto token) {
+            return test::async_answer(strand, {}, i, std::move(token));
+          },
+          asio::bind_executor(strand, [&](error_code ec, int) {
+            if (ec == errc::timeout) ++timeouts;
+            ++done;
+          }));
+    });
+    if (i % 10 == 0) clock->advance(1s);
+  }
+  while (done.load() < calls) {
+    clock->advance(1s);
+    std::this_thread::yield();
+  }
+  guard.reset();
+  TimeoutStrategy::release_idle_timers(ioc);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(done.load(), calls);
+  EXPECT_LE(timeouts.load(), calls);
+}
+
+}  // namespace
+}  // namespace kevlar
