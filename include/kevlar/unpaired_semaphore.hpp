@@ -161,6 +161,10 @@ class TokenLedger {
   /// Under the lock, T5: of `n` signals, min(n, queued) go to queued waiters (queued drops by as
   /// many) and the rest become tokens. Returns how many waiters the caller must pop and wake, or
   /// -1 if the remaining tokens would overflow (nothing changed).
+  ///
+  /// While queued > 0 no lock-free member can change the word (try_acquire needs a token, which
+  /// INV3 rules out; try_release needs queued == 0) and every other writer holds the lock, so the
+  /// value loaded under the lock is exact and a plain release store replaces the CAS.
   std::int64_t release_locked(count_type n) noexcept {
     std::uint64_t w = word_.load(std::memory_order_relaxed);
     for (;;) {
@@ -169,6 +173,10 @@ class TokenLedger {
       const count_type rest = n - k;
       if (tokens(w) > max_count - rest) return -1;
       const std::uint64_t next = w - static_cast<std::uint64_t>(k) * queued_one + rest;
+      if (q != 0) {
+        word_.store(next, std::memory_order_release);
+        return k;
+      }
       if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
                                       std::memory_order_relaxed)) {
         return k;
@@ -176,8 +184,12 @@ class TokenLedger {
     }
   }
 
-  /// Under the lock, T6: one queued waiter left without a token.
-  void cancel_locked() noexcept { word_.fetch_sub(queued_one, std::memory_order_acq_rel); }
+  /// Under the lock, T6: one queued waiter left without a token. queued > 0 here, so the word
+  /// cannot change under us (see release_locked()) and a plain store suffices.
+  void cancel_locked() noexcept {
+    const std::uint64_t w = word_.load(std::memory_order_relaxed);
+    word_.store(w - queued_one, std::memory_order_release);
+  }
 
   /// Under the lock, T7: marks the ledger closed and forgets every queued waiter.
   std::uint32_t close_locked() noexcept {
@@ -553,10 +565,13 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
 
   static auto make_work(const AssocEx& ex, detail::DeliveryReserve* reserve) {
     namespace exec = boost::asio::execution;
+    // Outstanding work last: every copy of a tracked executor counts work again (an atomic
+    // increment and decrement per temporary), so only the final object is made tracked.
     return boost::asio::prefer(
-        boost::asio::require(boost::asio::prefer(ex, exec::outstanding_work.tracked),
-                             exec::blocking.never),
-        exec::relationship.continuation, exec::allocator(detail::ReserveAllocator<void>(reserve)));
+        boost::asio::prefer(boost::asio::require(ex, exec::blocking.never),
+                            exec::relationship.continuation,
+                            exec::allocator(detail::ReserveAllocator<void>(reserve))),
+        exec::outstanding_work.tracked);
   }
   using WorkEx = decltype(make_work(std::declval<const AssocEx&>(), nullptr));
 
@@ -667,12 +682,13 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
     std::move(handler)(ec);
   }
 
-  /// T8: the delivery was destroyed undelivered. A grant is returned (or passed on) through
-  /// release(); the handler is destroyed without being invoked.
+  /// T8: the delivery was destroyed undelivered (its executor shut down). A grant is returned
+  /// (or passed on) through release(); the handler is destroyed without being invoked. The slot
+  /// is left alone, as Asio's own operations do on shutdown: its signal may already be gone, and
+  /// emitting it after the operation ended is outside the slot's contract.
   void abandon() noexcept {
     BasicUnpairedSemaphore* sem = sem_;
     const bool owned_permit = !ec_;
-    clear_slot();
     {
       Handler handler(std::move(handler_));
       WorkEx work(std::move(work_));

@@ -37,8 +37,11 @@ TEST(UnpairedSemaphoreStress, RandomCancellationConservesPermits) {
   std::atomic<bool> snapshots_ok{true};
   std::atomic<bool> stop_watch{false};
 
+  // The contexts outlive every thread: a release on one thread may still be inside its post to
+  // another thread's context when that thread finishes.
+  asio::io_context contexts[2]{asio::io_context(1), asio::io_context(1)};
   auto waiter_thread = [&](unsigned seed) {
-    asio::io_context ioc(1);
+    asio::io_context& ioc = contexts[seed - 1];
     std::mt19937 rng(seed);
     std::vector<std::unique_ptr<asio::cancellation_signal>> sigs;
     sigs.reserve(waiters_per_thread);
@@ -102,9 +105,10 @@ TEST(UnpairedSemaphoreStress, SignalsWakeExactlyAsManyWaiters) {
   std::atomic<int> woken{0};
   std::barrier start(signallers + waiting_threads);
   std::vector<std::thread> threads;
+  asio::io_context contexts[waiting_threads]{asio::io_context(1), asio::io_context(1)};
   for (int w = 0; w < waiting_threads; ++w) {
-    threads.emplace_back([&] {
-      asio::io_context ioc(1);
+    threads.emplace_back([&, w] {
+      asio::io_context& ioc = contexts[w];
       for (int i = 0; i < per_waiter_thread; ++i) {
         sem.async_acquire(asio::bind_executor(ioc, [&](error_code ec) {
           EXPECT_FALSE(ec);
@@ -134,8 +138,8 @@ TEST(UnpairedSemaphoreStress, TwoContextsPingPongOnePermit) {
   constexpr int rounds = 20000;
   UnpairedSemaphore sem(1);
   std::atomic<int> total{0};
-  auto side = [&] {
-    asio::io_context ioc(1);
+  asio::io_context contexts[2]{asio::io_context(1), asio::io_context(1)};
+  auto side = [&](asio::io_context& ioc) {
     int done = 0;
     std::function<void()> next = [&] {
       sem.async_acquire(asio::bind_executor(ioc, [&](error_code ec) {
@@ -150,7 +154,7 @@ TEST(UnpairedSemaphoreStress, TwoContextsPingPongOnePermit) {
     ioc.run();
     EXPECT_EQ(done, rounds);
   };
-  std::thread a(side), b(side);
+  std::thread a(side, std::ref(contexts[0])), b(side, std::ref(contexts[1]));
   a.join();
   b.join();
   EXPECT_EQ(total.load(), 2 * rounds);
@@ -179,8 +183,8 @@ TEST(UnpairedSemaphoreStress, MutualExclusionAcrossBlockingAndAsyncCallers) {
       hold();
     }
   });
+  asio::io_context ioc(1);
   std::thread async([&] {
-    asio::io_context ioc(1);
     for (int i = 0; i < per_thread; ++i) {
       bool done = false;
       sem.async_acquire(asio::bind_executor(ioc, [&](error_code ec) {
