@@ -230,9 +230,14 @@ Step RetryStrategy::on_start(Layer& layer) {
 
 Step RetryStrategy::on_inner_complete(Layer& layer) {
   int& used = layer.frame_as<int>();
-  if (used >= options_.max_retries || !layer.handled() || caller_cancelled(layer)) {
+  if (used >= options_.max_retries || !layer.handled()) {
     return Step::complete;  // the outcome (the last failure, or a success) surfaces unchanged
   }
+  return retry(layer, used);
+}
+
+Step RetryStrategy::retry(Layer& layer, int& used) {
+  if (caller_cancelled(layer)) return Step::complete;  // the original failure surfaces
   const int attempt = ++used;
   Clock::duration delay = planned_delay(attempt);
   if (options_.delay_generator) {

@@ -196,6 +196,8 @@ class RetryStrategy final : public Strategy {
 
  private:
   [[nodiscard]] Clock::duration cap(Clock::duration d) const noexcept;
+  /// The handled-failure path of on_inner_complete, out of line to keep the success path short.
+  [[gnu::noinline]] Step retry(Layer& layer, int& used);
 
   RetryOptions options_;
 };
