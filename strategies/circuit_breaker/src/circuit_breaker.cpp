@@ -185,7 +185,7 @@ void CircuitBreakerCore::clear_metrics_locked() noexcept {
   }
 }
 
-void CircuitBreakerCore::count_success(Clock::time_point now) {
+inline void CircuitBreakerCore::count_success(Clock::time_point now) {
   if (now.time_since_epoch().count() < current_end_.load(std::memory_order_acquire)) {
     // The current bucket is still current: one atomic increment, no lock. (A success racing a
     // rotation may land in the neighbouring bucket, which the window counts the same way.)
@@ -193,6 +193,10 @@ void CircuitBreakerCore::count_success(Clock::time_point now) {
         1, std::memory_order_relaxed);
     return;
   }
+  count_success_slow(now);
+}
+
+void CircuitBreakerCore::count_success_slow(Clock::time_point now) {
   std::lock_guard lock(mutex_);
   if (state_.load(std::memory_order_relaxed) != CircuitState::closed) return;
   rotate_locked(now);
@@ -235,7 +239,7 @@ void CircuitBreakerCore::end_half_open_locked() noexcept {
 void CircuitBreakerCore::open_locked(Clock::time_point now, Clock::duration d,
                                      std::uint64_t& ticket) {
   ticket = enqueue(state_.load(std::memory_order_relaxed), CircuitState::open);  // may throw
-  open_until_ = now + d;
+  open_until_.store((now + d).time_since_epoch().count(), std::memory_order_relaxed);
   end_half_open_locked();
   ++trips_;
   set_state(CircuitState::open);
@@ -251,6 +255,24 @@ void CircuitBreakerCore::close_locked(std::uint64_t& ticket) {
 
 CircuitBreakerCore::Admission CircuitBreakerCore::admit(Clock::time_point now) {
   Admission a;
+  // Rejections by an isolated circuit, or by an open one whose break has not elapsed, take no
+  // lock: open_until_ is written before the state becomes open, so an open state read here comes
+  // with its open_until_ (or a later one's, if the circuit re-opened meanwhile).
+  const CircuitState seen = state();
+  if (seen == CircuitState::isolated) {
+    a.decision = Admission::Decision::rejected;
+    a.state = CircuitState::isolated;
+    return a;
+  }
+  if (seen == CircuitState::open) {
+    const Clock::time_point until(Clock::duration(open_until_.load(std::memory_order_relaxed)));
+    if (now < until) {
+      a.decision = Admission::Decision::rejected;
+      a.state = CircuitState::open;
+      a.retry_after = until - now;
+      return a;
+    }
+  }
   std::uint64_t ticket = 0;
   {
     std::lock_guard lock(mutex_);
@@ -262,10 +284,12 @@ CircuitBreakerCore::Admission CircuitBreakerCore::admit(Clock::time_point now) {
         a.state = CircuitState::isolated;
         return a;
       case CircuitState::open:
-        if (now < open_until_) {
+        if (const Clock::time_point until(
+                Clock::duration(open_until_.load(std::memory_order_relaxed)));
+            now < until) {
           a.decision = Admission::Decision::rejected;
           a.state = CircuitState::open;
-          a.retry_after = open_until_ - now;
+          a.retry_after = until - now;
           return a;
         }
         // The break elapsed: this caller moves the circuit to half-open and is its first probe.
@@ -523,13 +547,15 @@ std::string CircuitBreaker::describe() const {
   const CircuitBreakerOptions& o = core_.options();
   std::string s = "CircuitBreaker(";
   if (o.failure_ratio) {
-    s += format_number(*o.failure_ratio * 100.0) + "% over " + detail::format_duration(o.sampling_window) +
-         ", min " + std::to_string(o.minimum_throughput);
+    s += format_number(*o.failure_ratio * 100.0) + "% over " +
+         detail::format_duration(o.sampling_window) + ", min " +
+         std::to_string(o.minimum_throughput);
   } else {
     s += std::to_string(*o.consecutive_failures) + " consecutive";
   }
   s += ", break ";
-  s += o.break_duration_generator ? std::string("dynamic") : detail::format_duration(o.break_duration);
+  s += o.break_duration_generator ? std::string("dynamic")
+                                  : detail::format_duration(o.break_duration);
   if (o.half_open_probes != 1 || o.success_threshold != 1) {
     s += ", probes " + std::to_string(o.half_open_probes) + ", close after " +
          std::to_string(o.success_threshold);

@@ -264,6 +264,7 @@ class CircuitBreakerCore {
   // --- without the lock
   void deliver(std::uint64_t ticket);
   void count_success(Clock::time_point now);
+  void count_success_slow(Clock::time_point now);
 
   CircuitBreakerOptions options_;
   bool ratio_mode_;
@@ -278,7 +279,9 @@ class CircuitBreakerCore {
 
   mutable std::mutex mutex_;
   std::int64_t current_bucket_;  ///< ratio: absolute number of the current bucket
-  Clock::time_point open_until_{};
+  /// When an open circuit admits its first probe (nanoseconds on the clock's timeline). Written
+  /// under mutex_ before the state becomes open; read without the lock to reject quickly.
+  std::atomic<std::int64_t> open_until_{0};
   std::uint64_t probe_generation_ = 0;
   int probes_in_flight_ = 0;
   int probe_successes_ = 0;
