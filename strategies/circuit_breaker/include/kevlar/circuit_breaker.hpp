@@ -156,15 +156,17 @@ class CircuitBreakerCore {
     /// Probes: the half-open period the probe belongs to (stale probes change nothing).
     std::uint64_t generation = 0;
 
+    /// True if the call may run (closed, or as a probe).
     [[nodiscard]] bool admitted() const noexcept { return decision != Decision::rejected; }
+    /// True if the call runs as a half-open probe.
     [[nodiscard]] bool probe() const noexcept { return decision == Decision::probe; }
   };
 
   /// What a failure was, for events and the break-duration generator.
   struct Failure {
-    std::exception_ptr exception;
-    boost::system::error_code error;
-    const Context* context = nullptr;
+    std::exception_ptr exception;      ///< the failure, if an exception
+    boost::system::error_code error;   ///< the failure, if an error code
+    const Context* context = nullptr;  ///< the failing execution's context, if any
   };
 
   /// Counters, for tests and diagnostics (a consistent snapshot taken under the lock).
@@ -346,15 +348,21 @@ class CircuitBreaker final : public Strategy {
   }
   /// The decision logic (counters, direct driving in tests).
   [[nodiscard]] CircuitBreakerCore& core() noexcept { return core_; }
+  /// The decision logic, read-only.
   [[nodiscard]] const CircuitBreakerCore& core() const noexcept { return core_; }
 
   /// `CircuitBreaker(5 consecutive, break 30s)` or
   /// `CircuitBreaker(50% over 30s, min 20, break 15s)`; `break dynamic` with a generator;
   /// `, probes 3, close after 2` when the half-open options differ from 1.
   [[nodiscard]] std::string describe() const override;
+  /// Reactive (judges outcomes with the clause in force where it was added), stateful (one
+  /// instance per chain), with a small frame recording how the execution was admitted.
   [[nodiscard]] StrategyTraits traits() const noexcept override;
+  /// Admits the execution (closed: no lock) or rejects it without running the inner part.
   Step on_start(Layer& layer) override;
+  /// Records the outcome: handled -> failure, cancelled from outside -> nothing, else success.
   Step on_inner_complete(Layer& layer) override;
+  /// Frees a probe slot the execution still holds (abandoned before its outcome was recorded).
   void on_finish(Layer& layer) noexcept override;
 
  private:
