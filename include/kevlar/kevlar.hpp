@@ -4,6 +4,7 @@
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
+#include <kevlar/concurrency_limit.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/fallback.hpp>

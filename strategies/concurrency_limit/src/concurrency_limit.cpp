@@ -1,0 +1,161 @@
+#include <kevlar/concurrency_limit.hpp>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <new>
+#include <sstream>
+#include <stdexcept>
+
+namespace kevlar {
+namespace {
+
+/// Where an execution stands at this position.
+enum class Phase : unsigned char {
+  acquiring,  ///< no permit yet (or waiting in the queue)
+  holding,    ///< owns a permit
+  rejecting,  ///< rejected; the asynchronous rejection hook is running
+};
+
+struct Frame {
+  Phase phase = Phase::acquiring;
+  std::exception_ptr hook_failure;
+};
+
+LimiterLedger::count_type checked(int value, int min, const char* name) {
+  if (value < min || static_cast<long long>(value) > LimiterLedger::max_count) {
+    std::ostringstream msg;
+    msg << "kevlar::ConcurrencyLimitOptions::" << name << " must be "
+        << (min == 1 ? "positive" : "non-negative") << " and at most " << LimiterLedger::max_count
+        << " (got " << value << ")";
+    throw std::invalid_argument(msg.str());
+  }
+  return static_cast<LimiterLedger::count_type>(value);
+}
+
+}  // namespace
+
+ConcurrencyLimitStrategy::ConcurrencyLimitStrategy(ConcurrencyLimitOptions options)
+    : options_(std::move(options)),
+      semaphore_(checked(options_.max_concurrency, 1, "max_concurrency"),
+                 checked(options_.max_queue, 0, "max_queue")) {}
+
+std::string ConcurrencyLimitStrategy::describe() const {
+  std::string s = "ConcurrencyLimit(" + std::to_string(options_.max_concurrency);
+  if (options_.max_queue > 0) s += ", queue " + std::to_string(options_.max_queue);
+  return s + ")";
+}
+
+StrategyTraits ConcurrencyLimitStrategy::traits() const noexcept {
+  return {StrategyRole::proactive, true, sizeof(Frame)};
+}
+
+ConcurrencyLimitState ConcurrencyLimitStrategy::state() const noexcept {
+  const LedgerSnapshot s = semaphore_.snapshot();
+  const auto limit = semaphore_.ledger().limit();
+  return {limit - s.available, s.queued, s.available, s.closed};
+}
+
+Step ConcurrencyLimitStrategy::on_start(Layer& layer) {
+  Frame& f = *::new (layer.frame()) Frame{};
+  if (semaphore_.try_acquire()) {  // the uncontended path: one CAS
+    f.phase = Phase::holding;
+    return Step::run_inner;
+  }
+  if (semaphore_.ledger().full()) {  // decided from one load, no allocation
+    if (semaphore_.is_closed()) {
+      layer.outcome().set_error(make_error_code(errc::closed));
+      return Step::complete;
+    }
+    return reject(layer);
+  }
+  if (layer.synchronous()) {
+    const boost::system::error_code ec = semaphore_.acquire_or_error();
+    if (ec == errc::concurrency_limit_exceeded) return reject(layer);
+    if (ec) {
+      layer.outcome().set_error(ec);
+      return Step::complete;
+    }
+    f.phase = Phase::holding;
+    return Step::run_inner;
+  }
+  semaphore_.async_acquire(layer.wait_handler());
+  return Step::suspend;  // the queue owns the execution until the grant (or its abort)
+}
+
+Step ConcurrencyLimitStrategy::on_wait_complete(Layer& layer, const boost::system::error_code& ec) {
+  Frame& f = layer.frame_as<Frame>();
+  if (f.phase == Phase::rejecting) {  // the asynchronous rejection hook finished
+    if (f.hook_failure) {
+      layer.outcome().set_exception(f.hook_failure);
+    } else {
+      layer.outcome().set_rejection(LimiterLedger::rejection(), std::nullopt);
+    }
+    return Step::complete;
+  }
+  if (!ec) {
+    f.phase = Phase::holding;
+    return Step::run_inner;
+  }
+  if (ec == errc::concurrency_limit_exceeded) return reject(layer);  // lost a race for the queue
+  layer.outcome().set_error(ec);  // operation_aborted (cancelled while queued) or closed
+  return Step::complete;
+}
+
+Step ConcurrencyLimitStrategy::reject(Layer& layer) {
+  Frame& f = layer.frame_as<Frame>();
+  const ConcurrencyLimitRejectedEvent event{static_cast<std::uint32_t>(options_.max_concurrency),
+                                            static_cast<std::uint32_t>(options_.max_queue),
+                                            layer.index(), layer.context()};
+  if (options_.on_rejected) options_.on_rejected(event);  // a throw becomes the outcome
+  if (!options_.on_rejected_async) {
+    layer.outcome().set_rejection(LimiterLedger::rejection(), std::nullopt);
+    return Step::complete;
+  }
+  if (layer.synchronous()) {
+    boost::asio::io_context private_context;
+    std::exception_ptr failure;
+    boost::asio::co_spawn(private_context, options_.on_rejected_async(event),
+                          [&](std::exception_ptr ep) { failure = ep; });
+    private_context.run();
+    if (failure) std::rethrow_exception(failure);
+    layer.outcome().set_rejection(LimiterLedger::rejection(), std::nullopt);
+    return Step::complete;
+  }
+  f.phase = Phase::rejecting;
+  auto ex = layer.executor();
+  boost::asio::co_spawn(
+      ex, options_.on_rejected_async(event),
+      boost::asio::bind_executor(ex, [&f, h = layer.wait_handler()](std::exception_ptr ep) mutable {
+        f.hook_failure = ep;
+        std::move(h)(boost::system::error_code());
+      }));
+  return Step::suspend;
+}
+
+Step ConcurrencyLimitStrategy::on_inner_complete(Layer& layer) {
+  Frame& f = layer.frame_as<Frame>();
+  f.phase = Phase::acquiring;
+  semaphore_.release();  // one CAS, or a handoff to the oldest waiter
+  return Step::complete;
+}
+
+void ConcurrencyLimitStrategy::on_finish(Layer& layer) noexcept {
+  Frame& f = layer.frame_as<Frame>();
+  if (f.phase == Phase::holding) semaphore_.release();  // abandoned while holding
+  f.~Frame();
+}
+
+Shield Shield::concurrency_limit(int max_concurrency, int max_queue) const {
+  ConcurrencyLimitOptions options;
+  options.max_concurrency = max_concurrency;
+  options.max_queue = max_queue;
+  return concurrency_limit(options);
+}
+
+Shield Shield::concurrency_limit(const ConcurrencyLimitOptions& options) const {
+  return use(std::make_shared<ConcurrencyLimitStrategy>(options));
+}
+
+}  // namespace kevlar

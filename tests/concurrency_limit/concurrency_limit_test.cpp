@@ -1,0 +1,516 @@
+#include "concurrency_limit/limiter_test_support.hpp"
+
+#include <alloc_counter.hpp>
+#include <kevlar/concurrency_limit.hpp>
+#include <kevlar/kevlar.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <latch>
+#include <optional>
+#include <random>
+#include <thread>
+
+namespace kevlar {
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using Limiter = ConcurrencyLimitStrategy;
+
+std::shared_ptr<Limiter> make_limiter(int max, int queue) {
+  ConcurrencyLimitOptions o;
+  o.max_concurrency = max;
+  o.max_queue = queue;
+  return Limiter::create(o);
+}
+
+/// Records how each execution completed.
+struct Results {
+  std::map<int, error_code> done;
+  auto handler(asio::io_context& ioc, int id) {
+    return asio::bind_executor(ioc, [this, id](error_code ec, int) { done[id] = ec; });
+  }
+  bool finished(int id) const { return done.count(id) != 0; }
+};
+
+struct LimiterTest : ::testing::Test {
+  asio::io_context ioc;
+  // The manual operations hold no work of their own: keep the context from running out of work.
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(ioc);
+  test::ManualOps ops;
+  Results results;
+  void start(const Shield& s, int id) {
+    s.execute_async(ops.attempt(id), results.handler(ioc, id));
+  }
+};
+
+TEST_F(LimiterTest, UncontendedCallsRunAndGiveThePermitBack) {
+  auto limiter = make_limiter(1, 0);
+  const Shield s = Shield{}.use(limiter);
+  for (int i = 0; i < 3; ++i) {
+    start(s, i);
+    ioc.poll();
+    EXPECT_EQ(limiter->state().running, 1U);
+    ops.complete(i);
+    ioc.poll();
+    ASSERT_TRUE(results.finished(i));
+    EXPECT_FALSE(results.done[i]);
+  }
+  const auto st = limiter->state();
+  EXPECT_EQ(st.running, 0U);
+  EXPECT_EQ(st.queued, 0U);
+  EXPECT_EQ(st.available, 1U);
+  EXPECT_EQ(s.execute([] { return 5; }), 5);
+}
+
+TEST_F(LimiterTest, LimitOneRejectsTheSecondAtOnceAndNeverInline) {
+  const Shield s = Shield{}.concurrency_limit(1);
+  start(s, 1);
+  ioc.poll();
+  start(s, 2);
+  EXPECT_FALSE(results.finished(2)) << "rejection delivered inside the initiating call";
+  ioc.poll();
+  ASSERT_TRUE(results.finished(2));
+  EXPECT_EQ(results.done[2], errc::concurrency_limit_exceeded);
+  EXPECT_EQ(ops.started(), 1);
+  ops.complete(1);
+  ioc.poll();
+  start(s, 3);
+  ioc.poll();
+  EXPECT_TRUE(ops.pending(3));
+}
+
+TEST_F(LimiterTest, QueuedHandoffPairAndTheThirdIsRejected) {
+  auto limiter = make_limiter(1, 1);
+  const Shield s = Shield{}.use(limiter);
+  start(s, 1);  // A runs
+  start(s, 2);  // B queues
+  start(s, 3);  // C is rejected
+  ioc.poll();
+  EXPECT_TRUE(ops.pending(1));
+  EXPECT_FALSE(ops.pending(2));
+  EXPECT_EQ(results.done.at(3), errc::concurrency_limit_exceeded);
+  EXPECT_EQ(limiter->state().queued, 1U);
+  ops.complete(1, {}, 1);  // A's release hands the permit to B
+  ioc.poll();
+  EXPECT_TRUE(ops.pending(2));
+  EXPECT_EQ(limiter->state().running, 1U);
+  EXPECT_EQ(limiter->state().queued, 0U);
+  ops.complete(2, {}, 42);
+  ioc.poll();
+  EXPECT_FALSE(results.done.at(2));
+  start(s, 4);  // a new call runs at once
+  ioc.poll();
+  EXPECT_TRUE(ops.pending(4));
+}
+
+TEST_F(LimiterTest, ExactCapacityThreeRunFiveQueueSevenRejected) {
+  auto limiter = make_limiter(3, 5);
+  const Shield s = Shield{}.use(limiter);
+  for (int i = 0; i < 15; ++i) start(s, i);
+  ioc.poll();
+  EXPECT_EQ(ops.started(), 3);
+  int rejected = 0;
+  for (auto& [id, ec] : results.done) rejected += ec == errc::concurrency_limit_exceeded;
+  EXPECT_EQ(rejected, 7);
+  EXPECT_EQ(limiter->state().queued, 5U);
+  // Completing the running ones runs the queued ones in arrival order, never more than 3 at once.
+  for (int round = 0; round < 8; ++round) {
+    const int id = ops.started_ids()[static_cast<std::size_t>(round)];
+    ops.complete(id);
+    ioc.poll();
+  }
+  EXPECT_EQ(ops.started_ids(), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(ops.peak(), 3);
+  const auto st = limiter->state();
+  EXPECT_EQ(st.running, 0U);
+  EXPECT_EQ(st.queued, 0U);
+  EXPECT_EQ(st.available, 3U);
+}
+
+TEST_F(LimiterTest, FailedExecutionsReleaseTheirPermit) {
+  auto limiter = make_limiter(1, 0);
+  const Shield s = Shield{}.use(limiter);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_THROW(s.execute([]() -> int { throw std::runtime_error("x"); }), std::runtime_error);
+    start(s, i);
+    ioc.poll();
+    ops.complete(i, asio::error::connection_reset);
+    ioc.poll();
+    EXPECT_EQ(results.done.at(i), asio::error::connection_reset);
+  }
+  EXPECT_EQ(limiter->state().available, 1U);
+}
+
+TEST_F(LimiterTest, CancellingAQueuedCallFreesItsPlaceOnceAndNeverRunsIt) {
+  int hooks = 0;
+  ConcurrencyLimitOptions o;
+  o.max_concurrency = 1;
+  o.max_queue = 1;
+  o.on_rejected = [&](const ConcurrencyLimitRejectedEvent&) { ++hooks; };
+  auto limiter = Limiter::create(o);
+  const Shield s = Shield{}.use(limiter);
+  start(s, 1);
+  asio::cancellation_signal cancel;
+  s.execute_async(ops.attempt(2),
+                  asio::bind_cancellation_slot(cancel.slot(), results.handler(ioc, 2)));
+  ioc.poll();
+  EXPECT_EQ(limiter->state().queued, 1U);
+  cancel.emit(asio::cancellation_type::terminal);
+  ioc.poll();
+  ASSERT_TRUE(results.finished(2));
+  EXPECT_EQ(results.done[2], asio::error::operation_aborted);
+  EXPECT_EQ(limiter->state().queued, 0U);
+  EXPECT_EQ(hooks, 0);  // a cancellation is not a rejection
+  // The place is reusable: a new call queues, and runs after the release.
+  start(s, 3);
+  start(s, 4);  // rejected: 1 running + 1 queued
+  ioc.poll();
+  EXPECT_EQ(results.done.at(4), errc::concurrency_limit_exceeded);
+  ops.complete(1);
+  ioc.poll();
+  EXPECT_TRUE(ops.pending(3));
+  EXPECT_FALSE(ops.pending(2));
+  EXPECT_EQ(hooks, 1);
+}
+
+TEST_F(LimiterTest, CancelAndGrantRaceResolvesOnceInEveryOrder) {
+  for (int order = 0; order < 2; ++order) {
+    auto limiter = make_limiter(1, 1);
+    const Shield s = Shield{}.use(limiter);
+    const int a = order * 10 + 1, b = order * 10 + 2;
+    start(s, a);
+    asio::cancellation_signal cancel;
+    s.execute_async(ops.attempt(b),
+                    asio::bind_cancellation_slot(cancel.slot(), results.handler(ioc, b)));
+    ioc.poll();
+    if (order == 0) {  // cancel first, then the release
+      cancel.emit(asio::cancellation_type::terminal);
+      ops.complete(a);
+    } else {  // the release grants first; the cancel arrives before the grant is delivered
+      ops.complete(a);
+      ioc.poll_one();  // A's completion runs and hands the permit over
+      cancel.emit(asio::cancellation_type::terminal);
+    }
+    ioc.poll();
+    if (order == 0) {
+      EXPECT_EQ(results.done.at(b), asio::error::operation_aborted);
+      EXPECT_FALSE(ops.pending(b));
+      EXPECT_EQ(limiter->state().running, 0U);
+    } else {
+      EXPECT_TRUE(ops.pending(b)) << "the grant won: the call runs";
+      ops.complete(b);
+      ioc.poll();
+      EXPECT_FALSE(results.done.at(b));
+    }
+    // Accounting changed exactly once: capacity is exactly 1 running + 1 queued.
+    start(s, 100 + order * 10);
+    start(s, 101 + order * 10);
+    start(s, 102 + order * 10);
+    ioc.poll();
+    EXPECT_EQ(results.done.at(102 + order * 10), errc::concurrency_limit_exceeded);
+    EXPECT_FALSE(results.finished(101 + order * 10));
+    ops.complete(100 + order * 10);
+    ioc.poll();
+    ops.complete(101 + order * 10);
+    ioc.poll();
+    EXPECT_EQ(limiter->state().available, 1U);
+  }
+}
+
+TEST_F(LimiterTest, RejectionHooksRunInOrderAndTheirFailuresReplaceTheError) {
+  std::vector<std::string> log;
+  ConcurrencyLimitOptions o;
+  o.max_concurrency = 1;
+  o.on_rejected = [&](const ConcurrencyLimitRejectedEvent& e) {
+    log.push_back("sync");
+    EXPECT_EQ(e.max_concurrency, 1U);
+    EXPECT_EQ(e.strategy_index, 0U);
+  };
+  o.on_rejected_async = [&](ConcurrencyLimitRejectedEvent) -> asio::awaitable<void> {
+    log.push_back("async");
+    co_return;
+  };
+  const Shield s = Shield{}.concurrency_limit(o);
+  start(s, 1);
+  start(s, 2);
+  ioc.poll();
+  EXPECT_EQ(results.done.at(2), errc::concurrency_limit_exceeded);
+  EXPECT_EQ(log, (std::vector<std::string>{"sync", "async"}));
+  // Synchronous executions run the async hook too (blocking).
+  log.clear();
+  auto rejected = s.execute_outcome([] { return 1; });
+  ASSERT_TRUE(rejected.has_error());
+  EXPECT_EQ(rejected.error(), errc::concurrency_limit_exceeded);
+  EXPECT_EQ(log, (std::vector<std::string>{"sync", "async"}));
+  // A sync hook failure replaces the rejection and skips the async hook.
+  ConcurrencyLimitOptions f = o;
+  f.on_rejected = [&](const ConcurrencyLimitRejectedEvent&) {
+    throw std::logic_error("sync hook");
+  };
+  const Shield s2 = Shield{}.concurrency_limit(f);
+  log.clear();
+  start(s2, 3);
+  ioc.poll();
+  auto o2 = s2.execute_outcome([] { return 1; });
+  ASSERT_TRUE(o2.has_exception());
+  EXPECT_THROW(std::rethrow_exception(o2.exception()), std::logic_error);
+  EXPECT_TRUE(log.empty());
+  // An async hook failure replaces the rejection.
+  ConcurrencyLimitOptions g = o;
+  g.on_rejected_async = [](ConcurrencyLimitRejectedEvent) -> asio::awaitable<void> {
+    throw std::out_of_range("async hook");
+    co_return;
+  };
+  const Shield s3 = Shield{}.concurrency_limit(g);
+  start(s3, 5);
+  ioc.poll();
+  auto o3 = s3.execute_outcome([] { return 1; });
+  ASSERT_TRUE(o3.has_exception());
+  EXPECT_THROW(std::rethrow_exception(o3.exception()), std::out_of_range);
+  ops.complete(1);
+  ops.complete(3);
+  ops.complete(5);
+  ioc.poll();
+}
+
+TEST_F(LimiterTest, SynchronousExecuteBlocksInTheSameQueue) {
+  auto limiter = make_limiter(1, 1);
+  const Shield s = Shield{}.use(limiter);
+  start(s, 1);  // an asynchronous call holds the permit
+  ioc.poll();
+  std::atomic<bool> ran{false};
+  std::jthread caller([&] { ran = s.execute([] { return true; }); });
+  while (limiter->state().queued != 1) std::this_thread::yield();  // the caller is parked
+  EXPECT_FALSE(ran.load());
+  ops.complete(1);  // the release hands the permit to the blocked thread
+  ioc.poll();
+  caller.join();
+  EXPECT_TRUE(ran.load());
+  EXPECT_EQ(limiter->state().available, 1U);
+}
+
+TEST_F(LimiterTest, StateIsSharedByInstanceAcrossShields) {
+  auto limiter = make_limiter(1, 0);
+  const Shield a = Shield{}.use(limiter);
+  const Shield b = Shield{}.retry(0).wrap(Shield{}.use(limiter)).with_name("b");
+  start(a, 1);
+  start(b, 2);
+  ioc.poll();
+  EXPECT_EQ(results.done.at(2), errc::concurrency_limit_exceeded);
+  ops.complete(1);
+  ioc.poll();
+}
+
+TEST_F(LimiterTest, CloseFailsQueuedCallsAndRefusesNewOnes) {
+  auto limiter = make_limiter(1, 2);
+  const Shield s = Shield{}.use(limiter);
+  start(s, 1);
+  start(s, 2);
+  start(s, 3);
+  ioc.poll();
+  limiter->close();
+  EXPECT_FALSE(results.finished(2));  // never inline
+  ioc.poll();
+  EXPECT_EQ(results.done.at(2), errc::closed);
+  EXPECT_EQ(results.done.at(3), errc::closed);
+  start(s, 4);
+  ioc.poll();
+  EXPECT_EQ(results.done.at(4), errc::closed);
+  ops.complete(1);  // a permit held keeps working
+  ioc.poll();
+  EXPECT_FALSE(results.done.at(1));
+  EXPECT_EQ(limiter->state().running, 0U);
+}
+
+TEST_F(LimiterTest, AbandonedExecutionsReturnTheirPermits) {
+  auto limiter = make_limiter(1, 1);
+  const Shield s = Shield{}.use(limiter);
+  {
+    asio::io_context holder_ctx;
+    asio::io_context waiter_ctx;
+    auto w1 = asio::make_work_guard(holder_ctx);
+    auto w2 = asio::make_work_guard(waiter_ctx);
+    Results r;
+    s.execute_async(ops.attempt(1), r.handler(holder_ctx, 1));
+    s.execute_async(ops.attempt(2), r.handler(waiter_ctx, 2));
+    holder_ctx.poll();
+    waiter_ctx.poll();
+    EXPECT_EQ(limiter->state().queued, 1U);
+    ops.complete(1);    // posted to holder_ctx
+    holder_ctx.poll();  // A releases: the grant to B is queued on waiter_ctx, undelivered
+    EXPECT_EQ(limiter->state().running, 1U);
+    EXPECT_EQ(limiter->state().queued, 0U);
+  }  // waiter_ctx destroyed with the grant in flight: the permit comes back
+  EXPECT_EQ(limiter->state().running, 0U);
+  EXPECT_EQ(limiter->state().available, 1U);
+  {
+    asio::io_context ctx;
+    asio::steady_timer timer(ctx, std::chrono::hours(1));
+    bool ran = false;
+    s.execute_async([&](auto token) { return timer.async_wait(std::move(token)); },
+                    asio::bind_executor(ctx, [&](error_code) { ran = true; }));
+    ctx.poll();
+    EXPECT_EQ(limiter->state().running, 1U);
+    EXPECT_FALSE(ran);
+  }  // destroyed while the operation holds the permit: the execution is abandoned
+  EXPECT_EQ(limiter->state().running, 0U);
+  EXPECT_EQ(limiter->state().available, 1U);
+}
+
+TEST(ConcurrencyLimit, UncontendedPathAllocatesNothing) {
+  const Shield s = Shield{}.concurrency_limit(4);
+  int sum = 0;
+  for (int i = 0; i < 10; ++i) sum += s.execute([i] { return i; });
+  kevlar::testing::AllocScope scope;
+  for (int i = 0; i < 1000; ++i) sum += s.execute([i] { return i; });
+  EXPECT_EQ(scope.count(), 0U);
+  EXPECT_GT(sum, 0);
+}
+
+TEST(ConcurrencyLimit, InvalidOptionsAndDescribe) {
+  EXPECT_THROW((void)Shield{}.concurrency_limit(0), std::invalid_argument);
+  EXPECT_THROW((void)Shield{}.concurrency_limit(-1), std::invalid_argument);
+  EXPECT_THROW((void)Shield{}.concurrency_limit(1, -1), std::invalid_argument);
+  try {
+    (void)Shield{}.concurrency_limit(0);
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_concurrency"), std::string::npos);
+  }
+  EXPECT_EQ(Shield{}.concurrency_limit(10).describe(), "ConcurrencyLimit(10)");
+  EXPECT_EQ(Shield{}.concurrency_limit(10, 20).describe(), "ConcurrencyLimit(10, queue 20)");
+  auto limiter = make_limiter(1, 0);
+  EXPECT_THROW((void)Shield{}.use(limiter).use(limiter), std::invalid_argument);
+}
+
+/// Randomized model test: starts, completions (success or failure) and cancellations in random
+/// order against (2, 2); after every step the limiter must agree with a reference model.
+TEST(ConcurrencyLimitModel, MatchesTheAdmissionModelForFixedSeeds) {
+  for (unsigned seed : {1u, 2u, 3u, 4u, 5u, 42u, 1234u}) {
+    std::mt19937 rng(seed);
+    asio::io_context ioc;
+    auto work = asio::make_work_guard(ioc);
+    test::ManualOps ops;
+    Results results;
+    auto limiter = make_limiter(2, 2);
+    const Shield s = Shield{}.use(limiter);
+    std::vector<int> running, queued;  // the model
+    std::map<int, std::unique_ptr<asio::cancellation_signal>> signals;
+    int next = 0, rejected_model = 0, rejected_real = 0;
+    for (int step = 0; step < 400; ++step) {
+      const int action = static_cast<int>(rng() % 3);
+      if (action == 0) {  // start a call
+        const int id = next++;
+        auto& sig = signals[id] = std::make_unique<asio::cancellation_signal>();
+        s.execute_async(ops.attempt(id),
+                        asio::bind_cancellation_slot(sig->slot(), results.handler(ioc, id)));
+        if (running.size() < 2 && queued.empty()) {
+          running.push_back(id);
+        } else if (queued.size() < 2) {
+          queued.push_back(id);
+        } else {
+          ++rejected_model;
+        }
+      } else if (action == 1 && !running.empty()) {  // complete a running call
+        const std::size_t k = rng() % running.size();
+        const int id = running[k];
+        running.erase(running.begin() + static_cast<long>(k));
+        ops.complete(id, (rng() % 2) ? error_code() : error_code(asio::error::eof));
+        if (!queued.empty()) {
+          running.push_back(queued.front());
+          queued.erase(queued.begin());
+        }
+      } else if (action == 2 && !queued.empty()) {  // cancel a queued call
+        const std::size_t k = rng() % queued.size();
+        const int id = queued[k];
+        queued.erase(queued.begin() + static_cast<long>(k));
+        signals[id]->emit(asio::cancellation_type::terminal);
+      }
+      ioc.poll();
+      const auto st = limiter->state();
+      ASSERT_EQ(st.running, running.size()) << "seed " << seed << " step " << step;
+      ASSERT_EQ(st.queued, queued.size()) << "seed " << seed << " step " << step;
+      for (int id : running) ASSERT_TRUE(ops.pending(id)) << "seed " << seed << " id " << id;
+      ASSERT_LE(ops.running(), 2);
+    }
+    for (auto& [id, ec] : results.done) rejected_real += ec == errc::concurrency_limit_exceeded;
+    EXPECT_EQ(rejected_real, rejected_model) << "seed " << seed;
+    // Quiescence: finish everything; full capacity comes back.
+    while (!running.empty() || !queued.empty()) {
+      if (!running.empty()) {
+        ops.complete(running.front());
+        running.erase(running.begin());
+        if (!queued.empty()) {
+          running.push_back(queued.front());
+          queued.erase(queued.begin());
+        }
+      }
+      ioc.poll();
+    }
+    const auto st = limiter->state();
+    EXPECT_EQ(st.running, 0U);
+    EXPECT_EQ(st.queued, 0U);
+    EXPECT_EQ(st.available, 2U);
+    EXPECT_LE(ops.peak(), 2);
+  }
+}
+
+/// Two threads, strands, random cancellation: never more than `limit` running, every call
+/// completes exactly once, full capacity at quiescence (run under ThreadSanitizer in CI).
+TEST(ConcurrencyLimitStress, ThreadsStrandsAndRandomCancellationConservePermits) {
+  constexpr int calls = 400;
+  asio::io_context ioc(2);
+  auto limiter = make_limiter(2, 8);
+  const Shield s = Shield{}.use(limiter);
+  std::atomic<int> in_flight{0}, peak{0}, completed{0}, ran{0};
+  std::vector<std::thread> threads;
+  auto guard = asio::make_work_guard(ioc);
+  for (int t = 0; t < 2; ++t) threads.emplace_back([&] { ioc.run(); });
+  std::mt19937 rng(7);
+  for (int i = 0; i < calls; ++i) {
+    auto strand = asio::make_strand(ioc);
+    const bool cancel = rng() % 4 == 0;
+    asio::post(strand, [&, strand, cancel] {
+      auto signal = std::make_shared<asio::cancellation_signal>();
+      s.execute_async(
+          [&, strand](auto token) {
+            const int now = ++in_flight;
+            int p = peak.load();
+            while (now > p && !peak.compare_exchange_weak(p, now)) {
+            }
+            ++ran;
+            return asio::async_initiate<decltype(token), void(error_code, int)>(
+                [&](auto handler) {
+                  --in_flight;
+                  asio::post(strand, asio::append(std::move(handler), error_code(), 1));
+                },
+                token);
+          },
+          asio::bind_cancellation_slot(
+              signal->slot(),
+              asio::bind_executor(strand, [&, signal](error_code, int) { ++completed; })));
+      if (cancel) asio::post(strand, [signal] { signal->emit(asio::cancellation_type::terminal); });
+    });
+  }
+  while (completed.load() < calls) std::this_thread::yield();
+  guard.reset();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(completed.load(), calls);
+  EXPECT_LE(peak.load(), 2);
+  const auto st = limiter->state();
+  EXPECT_EQ(st.running, 0U);
+  EXPECT_EQ(st.queued, 0U);
+  EXPECT_EQ(st.available, 2U);
+}
+
+}  // namespace
+}  // namespace kevlar
