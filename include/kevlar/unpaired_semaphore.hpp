@@ -41,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -563,17 +564,20 @@ template <class Handler>
 class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   using AssocEx = boost::asio::associated_executor_t<Handler, executor_type>;
 
-  static auto make_work(const AssocEx& ex, detail::DeliveryReserve* reserve) {
+  // The executor deliveries are submitted to: never blocking, as a continuation (defer), with
+  // the wrapper built in the reserve.
+  static auto make_delivery_executor(const AssocEx& ex, detail::DeliveryReserve* reserve) {
     namespace exec = boost::asio::execution;
-    // Outstanding work last: every copy of a tracked executor counts work again (an atomic
-    // increment and decrement per temporary), so only the final object is made tracked.
-    return boost::asio::prefer(
-        boost::asio::prefer(boost::asio::require(ex, exec::blocking.never),
-                            exec::relationship.continuation,
-                            exec::allocator(detail::ReserveAllocator<void>(reserve))),
-        exec::outstanding_work.tracked);
+    return boost::asio::prefer(boost::asio::require(ex, exec::blocking.never),
+                               exec::relationship.continuation,
+                               exec::allocator(detail::ReserveAllocator<void>(reserve)));
   }
-  using WorkEx = decltype(make_work(std::declval<const AssocEx&>(), nullptr));
+  using DeliveryEx = decltype(make_delivery_executor(std::declval<const AssocEx&>(), nullptr));
+  // Outstanding work, counted only while the operation waits (a ready grant is counted by the
+  // executor's own queue). Made from the final executor: every copy of a tracked executor counts
+  // work again, an atomic increment and decrement per temporary.
+  using WorkEx = std::decay_t<decltype(boost::asio::prefer(
+      std::declval<const DeliveryEx&>(), boost::asio::execution::outstanding_work.tracked))>;
 
   using HandlerAlloc = boost::asio::associated_allocator_t<Handler>;
   using BaseAlloc = std::conditional_t<std::is_same_v<HandlerAlloc, std::allocator<void>>,
@@ -610,10 +614,16 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
     slot_ = slot;
   }
 
+  /// Counts outstanding work on the waiter's executor, so that its io_context::run() does not
+  /// return while the operation waits. May throw (copying a type-erased executor may allocate).
+  void track_work() {
+    work_.emplace(boost::asio::prefer(ex_, boost::asio::execution::outstanding_work.tracked));
+  }
+
   /// Hands the result to the executor; the op belongs to the queued delivery from here on.
   void schedule(boost::system::error_code ec) noexcept {
     ec_ = ec;
-    work_.execute(Delivery{this});
+    ex_.execute(Delivery{this});
   }
 
   /// Frees an op that was never scheduled (initiation failed after allocation).
@@ -636,7 +646,7 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
       : detail::WaitNode(&AcquireOp::on_complete),
         sem_(sem),
         handler_(std::move(handler)),
-        work_(make_work(ex, &reserve_)) {}
+        ex_(make_delivery_executor(ex, &reserve_)) {}
 
   static void on_complete(detail::WaitNode* node, boost::system::error_code ec) noexcept {
     static_cast<AcquireOp*>(node)->schedule(ec);
@@ -669,13 +679,14 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
     AcquireOp* op_;
   };
 
-  /// On the waiter's executor: clear the slot, free the block (so the handler's next operation
-  /// can reuse it), invoke the handler, then drop the work count.
+  /// On the waiter's executor: clear the slot, free the block with its work count (so the
+  /// handler's next operation can reuse it), then invoke the handler.
   void deliver() {
     clear_slot();
     Handler handler(std::move(handler_));
-    WorkEx work(std::move(work_));
     const boost::system::error_code ec = ec_;
+    // The work count goes with the block: the delivery now running is itself counted by the
+    // scheduler until the handler returns, so run() cannot see the context out of work here.
     allocator_type alloc = allocator_for(handler);
     this->~AcquireOp();
     std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
@@ -691,7 +702,6 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
     const bool owned_permit = !ec_;
     {
       Handler handler(std::move(handler_));
-      WorkEx work(std::move(work_));
       allocator_type alloc = allocator_for(handler);
       this->~AcquireOp();
       std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
@@ -702,7 +712,8 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   BasicUnpairedSemaphore* sem_;
   Handler handler_;
   detail::DeliveryReserve reserve_;
-  WorkEx work_;
+  DeliveryEx ex_;
+  std::optional<WorkEx> work_;
   boost::asio::cancellation_slot slot_;
   boost::system::error_code ec_;
 };
@@ -721,13 +732,12 @@ void BasicUnpairedSemaphore<L>::start_acquire(Handler&& handler) {
     op->schedule({});
     return;
   }
-  if (slot.is_connected()) {
-    try {
-      op->install(slot);
-    } catch (...) {
-      op->discard();
-      throw;
-    }
+  try {
+    if (slot.is_connected()) op->install(slot);
+    op->track_work();
+  } catch (...) {
+    op->discard();
+    throw;
   }
 
   boost::system::error_code ec;

@@ -266,7 +266,7 @@ TEST(UnpairedSemaphoreCancel, TimeoutComposedWithATimer) {
 // thousands of times. Each round ends with exactly one of {success with the permit, aborted with
 // the permit left as a token}, and the count balances after every round.
 TEST(UnpairedSemaphoreCancel, CancelRacingReleaseResolvesExactlyOnce) {
-  constexpr int rounds = 3000;
+  constexpr int rounds = 10000;
   asio::io_context ioc;
   UnpairedSemaphore sem(ioc.get_executor());
   std::barrier sync(2);
@@ -305,7 +305,7 @@ TEST(UnpairedSemaphoreCancel, CancelRacingReleaseResolvesExactlyOnce) {
 
 // B18: cancelling the head waiter while a release races never strands the second waiter.
 TEST(UnpairedSemaphoreCancel, CancelledHeadNeverStrandsTheNextWaiter) {
-  constexpr int rounds = 2000;
+  constexpr int rounds = 5000;
   asio::io_context ioc;
   UnpairedSemaphore sem(ioc.get_executor());
   std::barrier sync(2);

@@ -30,8 +30,8 @@ namespace {
 // and the tokens left equal the signals sent (every permit conserved). B42: every concurrent
 // snapshot is coherent (never a free token while someone is queued).
 TEST(UnpairedSemaphoreStress, RandomCancellationConservesPermits) {
-  constexpr int waiters_per_thread = 1500;
-  constexpr int signals_per_thread = 400;
+  constexpr int waiters_per_thread = 6000;
+  constexpr int signals_per_thread = 1500;
   UnpairedSemaphore sem(2);
   std::atomic<int> acquired{0}, aborted{0}, completions{0};
   std::atomic<bool> snapshots_ok{true};
