@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -366,6 +367,83 @@ TEST(RetryAsync, ResultClauseSeesTheOperationsValue) {
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(r.value, 3);
   EXPECT_EQ(bad_values, (std::vector<int>{1, 2}));
+}
+
+}  // namespace
+}  // namespace kevlar
+
+namespace kevlar {
+namespace {
+
+TEST(RetryAsync, JitteredBackoffWithAFixedRandomSourceWaitsExactly) {
+  asio::io_context ioc;
+  auto clock = ManualClock::create();
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  RetryOptions options;
+  options.max_retries = 2;
+  // u = 0 is the smallest jitter factor, 0.5: waits of 500 ms, then 1 s.
+  options.backoff = Backoff::exponential(1s).with_random([] { return 0.0; });
+  Shield{}.retry(options).with_clock(clock).execute_async(
+      Scripted{&ioc, {asio::error::connection_reset, asio::error::connection_reset}, &calls},
+      record(ioc, sig, r));
+  ioc.poll();
+  clock->advance(499ms);
+  ioc.poll();
+  EXPECT_EQ(calls, 1);
+  clock->advance(1ms);
+  ioc.poll();
+  EXPECT_EQ(calls, 2);
+  clock->advance(999ms);
+  ioc.poll();
+  EXPECT_EQ(calls, 2);
+  clock->advance(1ms);
+  ioc.poll();
+  EXPECT_EQ(calls, 3);
+  EXPECT_FALSE(r.ec);
+}
+
+/// Cancels the part of the pipeline inside it before running it (what a timeout does on expiry).
+class CancelInside final : public Strategy {
+ public:
+  std::string describe() const override { return "CancelInside"; }
+  Step on_start(Layer& layer) override {
+    layer.cancel_inner();
+    return Step::run_inner;
+  }
+};
+
+TEST(RetryAsync, CancellationByAnOuterStrategyStopsTheLoop) {
+  asio::io_context ioc;
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  Shield{}
+      .use(std::make_shared<CancelInside>())
+      .retry(RetryOptions{.max_retries = 3, .backoff = Backoff::none()})
+      .execute_async(
+          Scripted{&ioc, std::vector<error_code>(10, asio::error::connection_reset), &calls},
+          record(ioc, sig, r));
+  ioc.run();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(r.ec, asio::error::connection_reset);
+}
+
+TEST(RetryAsync, RetryForeverKeepsGoingUntilSuccess) {
+  asio::io_context ioc;
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  Shield{}
+      .retry(RetryOptions{.max_retries = retry_forever, .backoff = Backoff::none()})
+      .execute_async(
+          Scripted{&ioc, std::vector<error_code>(50, asio::error::connection_reset), &calls},
+          record(ioc, sig, r));
+  ioc.run();
+  EXPECT_EQ(calls, 51);
+  EXPECT_FALSE(r.ec);
+  EXPECT_EQ(r.value, 51);
 }
 
 }  // namespace
