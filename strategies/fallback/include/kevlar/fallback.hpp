@@ -106,10 +106,14 @@ class FallbackStrategy final : public Strategy {
 
   /// `Fallback`.
   [[nodiscard]] std::string describe() const override { return "Fallback"; }
+  /// Fallback role (chain validation refuses it inside a reactive strategy with the same
+  /// clause), stateless, no frame.
   [[nodiscard]] StrategyTraits traits() const noexcept override {
     return {StrategyRole::fallback, false, 0};
   }
+  /// Runs the inner part.
   Step on_start(Layer&) override { return Step::run_inner; }
+  /// Replaces a handled outcome (see the class comment); always completes.
   Step on_inner_complete(Layer& layer) override {
     if (!layer.handled()) return Step::complete;  // the hot path: nothing to replace
     return replace(layer);

@@ -93,10 +93,13 @@ class Backoff {
   /// `linear 500ms steps`, `custom backoff`.
   [[nodiscard]] std::string describe() const;
 
+  /// The shape of the sequence (none() is a constant zero).
   [[nodiscard]] Kind kind() const noexcept { return kind_; }
   /// The constant delay, the linear step or the exponential initial delay.
   [[nodiscard]] Clock::duration base() const noexcept { return base_; }
+  /// The exponential factor (1 for the other kinds).
   [[nodiscard]] double factor() const noexcept { return factor_; }
+  /// True if delays are jittered (exponential only).
   [[nodiscard]] bool jitter() const noexcept { return jitter_; }
   /// The explicit cap given to linear() or exponential(), if any.
   [[nodiscard]] const std::optional<Clock::duration>& max_delay() const noexcept {
@@ -189,9 +192,13 @@ class RetryStrategy final : public Strategy {
   /// `Retry(3, exponential 250ms x2 +jitter <=30s)`, `Retry(2, constant 1s, <=10s)`,
   /// `RetryForever(no delay)`.
   [[nodiscard]] std::string describe() const override;
+  /// Reactive, stateless, an `int` of frame (the retries used by the execution).
   [[nodiscard]] StrategyTraits traits() const noexcept override;
+  /// Starts the execution's retry count at 0 and runs the inner part.
   Step on_start(Layer& layer) override;
+  /// Decides on the completed call: complete, run again, or wait (see the class comment).
   Step on_inner_complete(Layer& layer) override;
+  /// After the backoff: run again, or complete with the wait's error (`operation_aborted`).
   Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) override;
 
  private:
