@@ -87,7 +87,7 @@ class PendingOps {
   template <class Token>
   auto async_op(Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, int)>(
-        [this](auto handler) { start(std::move(handler)); }, token);
+        [this](auto handler) { this->start(std::move(handler)); }, token);
   }
 
   /// Operations started so far (completed or not).
