@@ -391,8 +391,12 @@ void contended(benchmark::State& state) {
   ProcessAllocReport allocs;
   for (auto _ : state) main_ioc.run_one();
   allocs.report(state);
+  // Teardown: stop re-arming and drain this side, then stop (rather than drain) the other
+  // side's context: with the channel control its last send was seen to stay parked there, and a
+  // benchmark must not hang on a control's teardown.
   stop = true;
   main_ioc.run();
+  other_ioc.stop();
   other.join();
   state.SetLabel(std::string(idle_loop) + ", 2 threads, limit 1");
 }

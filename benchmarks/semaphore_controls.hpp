@@ -145,6 +145,7 @@ class MutexDequeSemaphore {
   }
 
   struct Cancel {
+    Cancel(MutexDequeSemaphore* s, Waiter* n) noexcept : sem(s), node(n) {}
     MutexDequeSemaphore* sem;
     Waiter* node;
     void operator()(boost::asio::cancellation_type_t) const {

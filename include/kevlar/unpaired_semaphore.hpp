@@ -653,6 +653,7 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   }
 
   struct CancelHandler {
+    explicit CancelHandler(AcquireOp* o) noexcept : op(o) {}  // emplace() needs a constructor
     AcquireOp* op;
     void operator()(boost::asio::cancellation_type_t type) const noexcept {
       using ct = boost::asio::cancellation_type;
