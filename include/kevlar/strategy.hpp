@@ -4,6 +4,7 @@
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/detail/block_cache.hpp>
 #include <kevlar/detail/call_base.hpp>
 #include <kevlar/outcome.hpp>
 
@@ -100,7 +101,7 @@ class Layer {
   /// part of the pipeline this one runs in. A strategy uses it to tell "cancelled from outside"
   /// (pass the cancellation on) from a cancellation it caused itself (a timeout).
   [[nodiscard]] bool cancelled_from_outside() const noexcept {
-    return call_->cancel_origin() <= index_;
+    return call_->cancel_origin() <= index_ || call_->context().stop_token().stop_requested();
   }
   /// True if this strategy cancelled its inner part with cancel_inner().
   [[nodiscard]] bool cancelled_inner() const noexcept {
@@ -142,6 +143,7 @@ class WaitHandler {
  public:
   using executor_type = boost::asio::any_io_executor;
   using cancellation_slot_type = boost::asio::cancellation_slot;
+  using allocator_type = detail::CachingAllocator<void>;
 
   explicit WaitHandler(detail::CallBase* call) noexcept : call_(call) {}
   WaitHandler(WaitHandler&& other) noexcept : call_(std::exchange(other.call_, nullptr)) {}
@@ -157,6 +159,8 @@ class WaitHandler {
   [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
     return call_->step_slot();
   }
+  /// Waits started with this handler allocate from kevlar's per-thread block cache.
+  [[nodiscard]] allocator_type get_allocator() const noexcept { return {}; }
 
  private:
   detail::CallBase* call_;

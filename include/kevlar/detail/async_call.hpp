@@ -1,6 +1,7 @@
 // kevlar — internal: an asynchronous execution (Shield::execute_async).
 #pragma once
 
+#include <kevlar/detail/block_cache.hpp>
 #include <kevlar/detail/call_base.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/strategy.hpp>
@@ -134,8 +135,10 @@ class AsyncCall final : public CallBase {
   using Value = typename Traits::value_type;
 
  public:
-  using allocator_type =
-      boost::asio::associated_allocator_t<Handler, boost::asio::recycling_allocator<void>>;
+  /// The caller's allocator if its handler brings one, else kevlar's per-thread block cache.
+  using allocator_type = std::conditional_t<
+      std::is_same_v<boost::asio::associated_allocator_t<Handler>, std::allocator<void>>,
+      CachingAllocator<void>, boost::asio::associated_allocator_t<Handler>>;
   using executor_type = boost::asio::associated_executor_t<Handler, boost::asio::system_executor>;
   using StepHandler =
       std::conditional_t<has_own_executor<Handler>, ExecutorAttemptHandler<AsyncCall>,
@@ -148,8 +151,7 @@ class AsyncCall final : public CallBase {
     using BlockAlloc = typename std::allocator_traits<allocator_type>::template rebind_alloc<Block>;
     const std::size_t head = (sizeof(AsyncCall) + sizeof(Block) - 1) / sizeof(Block);
     const std::size_t blocks = head + (pipeline.frame_bytes + sizeof(Block) - 1) / sizeof(Block);
-    BlockAlloc alloc(
-        boost::asio::get_associated_allocator(handler, boost::asio::recycling_allocator<void>()));
+    BlockAlloc alloc(allocator_of(handler));
     Block* mem = std::allocator_traits<BlockAlloc>::allocate(alloc, blocks);
     auto* frames = reinterpret_cast<std::byte*>(mem + head);
     AsyncCall* call;
@@ -189,9 +191,14 @@ class AsyncCall final : public CallBase {
     }
   }
 
-  [[nodiscard]] allocator_type get_allocator() const noexcept {
-    return boost::asio::get_associated_allocator(handler_,
-                                                 boost::asio::recycling_allocator<void>());
+  [[nodiscard]] allocator_type get_allocator() const noexcept { return allocator_of(handler_); }
+  static allocator_type allocator_of(const Handler& h) noexcept {
+    if constexpr (std::is_same_v<allocator_type, CachingAllocator<void>>) {
+      (void)h;
+      return {};
+    } else {
+      return boost::asio::get_associated_allocator(h);
+    }
   }
   [[nodiscard]] executor_type get_executor() const noexcept {
     return boost::asio::get_associated_executor(handler_, boost::asio::system_executor());
