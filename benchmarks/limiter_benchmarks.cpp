@@ -1,0 +1,337 @@
+// BM_QueuedHandoffPair and BM_ConcurrencyLimit: the concurrency limiter end to end.
+//
+// The pair is the shape of the .NET report: limit 1, queue 1; call A takes the permit and awaits a
+// one-shot promise; call B queues; the promise is completed; both are awaited; B returns 42.
+//   <semaphore>: unpaired        — kevlar's limiter (one ledger word + the unpaired semaphore)
+//                mutex_control   — the same limiter design, two objects as in Kevlar (interlocked
+//                                  counters + a semaphore that only carries wake-ups), waking
+//                                  through MutexDequeSemaphore (the SemaphoreSlim analog)
+//                channel_control — the same, waking through an asio concurrent_channel semaphore
+//   <caller>:    callback (completion handlers) or coroutine (co_spawn'd coroutines)
+//   <regime>:    idle (a loop with no I/O object) or live_io (a pending timer keeps the reactor
+//   live)
+#include "bench_support.hpp"
+#include "semaphore_controls.hpp"
+
+#include <kevlar/concurrency_limit.hpp>
+#include <kevlar/kevlar.hpp>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+/// glibc elides mutex atomics while a process has a single thread; keep a parked one.
+void keep_second_thread_alive() {
+  struct Parked {
+    std::mutex m;
+    std::condition_variable cv;
+    bool stop = false;
+    std::thread t{[this] {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [this] { return stop; });
+    }};
+    ~Parked() {
+      {
+        std::lock_guard<std::mutex> lock(m);
+        stop = true;
+      }
+      cv.notify_one();
+      t.join();
+    }
+  };
+  static Parked parked;
+}
+
+/// Kevlar's two-object limiter (interlocked counters; a semaphore that only carries wake-ups),
+/// following the rules that make it correct in C++ (seq_cst Dekker pair, registration before the
+/// retry of the fast path). Benchmark control only.
+template <class Sem>
+class TwoObjectLimiter final : public kevlar::Strategy {
+ public:
+  template <class... A>
+  TwoObjectLimiter(int limit, int queue, A&&... sem_args)
+      : limit_(limit), queue_(queue), available_(limit), sem_(std::forward<A>(sem_args)...) {}
+  std::string describe() const override { return "TwoObjectLimiter"; }
+  kevlar::StrategyTraits traits() const noexcept override {
+    return {kevlar::StrategyRole::proactive, true, 0};
+  }
+  kevlar::Step on_start(kevlar::Layer& layer) override {
+    if (pending_.fetch_add(1, std::memory_order_seq_cst) + 1 > limit_ + queue_) {
+      pending_.fetch_sub(1, std::memory_order_seq_cst);
+      layer.outcome().set_rejection(make_error_code(kevlar::errc::concurrency_limit_exceeded), {});
+      return kevlar::Step::complete;
+    }
+    if (try_take()) return kevlar::Step::run_inner;
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    if (try_take()) {
+      waiters_.fetch_sub(1, std::memory_order_seq_cst);
+      return kevlar::Step::run_inner;
+    }
+    sem_.async_acquire(layer.wait_handler());
+    return kevlar::Step::suspend;
+  }
+  kevlar::Step on_wait_complete(kevlar::Layer& layer, const error_code& ec) override {
+    waiters_.fetch_sub(1, std::memory_order_seq_cst);
+    if (ec) {
+      pending_.fetch_sub(1, std::memory_order_seq_cst);
+      layer.outcome().set_error(ec);
+      return kevlar::Step::complete;
+    }
+    return kevlar::Step::run_inner;  // the semaphore handed us a permit
+  }
+  kevlar::Step on_inner_complete(kevlar::Layer&) override {
+    available_.fetch_add(1, std::memory_order_seq_cst);
+    if (waiters_.load(std::memory_order_seq_cst) > 0 && try_take()) (void)sem_.release();
+    pending_.fetch_sub(1, std::memory_order_seq_cst);
+    return kevlar::Step::complete;
+  }
+
+ private:
+  bool try_take() noexcept {
+    int a = available_.load(std::memory_order_seq_cst);
+    while (a > 0) {
+      if (available_.compare_exchange_weak(a, a - 1, std::memory_order_seq_cst)) return true;
+    }
+    return false;
+  }
+  const int limit_;
+  const int queue_;
+  std::atomic<long long> pending_{0};
+  std::atomic<int> available_;
+  std::atomic<int> waiters_{0};
+  Sem sem_;
+};
+
+/// A one-shot "promise" for call A: parks the handler (in typed static storage: no allocation)
+/// until fire() posts its completion.
+class OneShot {
+ public:
+  template <class Token>
+  auto wait(Token&& token) {
+    return asio::async_initiate<Token, void(error_code, int)>(
+        [this](auto handler) {
+          using H = decltype(handler);
+          Slot<H>::value.emplace(std::move(handler));
+          fire_ = &fire_slot<H>;
+        },
+        token);
+  }
+  void fire() { std::exchange(fire_, nullptr)(); }
+
+ private:
+  template <class H>
+  struct Slot {
+    static inline std::optional<H> value;
+  };
+  template <class H>
+  static void fire_slot() {
+    H h(std::move(*Slot<H>::value));
+    Slot<H>::value.reset();
+    auto ex = asio::get_associated_executor(h);
+    asio::post(ex, asio::append(std::move(h), error_code(), 1));
+  }
+  void (*fire_)() = nullptr;
+};
+
+/// An operation that completes at once (through a post) with 42.
+template <class Token>
+auto async_answer(Token&& token) {
+  return asio::async_initiate<Token, void(error_code, int)>(
+      [](auto handler) {
+        auto ex = asio::get_associated_executor(handler);
+        asio::post(ex, asio::append(std::move(handler), error_code(), 42));
+      },
+      token);
+}
+
+enum class Caller { callback, coroutine };
+enum class Regime { idle, live_io };
+
+void run_pair(benchmark::State& state, const kevlar::Shield& shield, asio::io_context& ioc,
+              Caller caller, Regime regime, const char* label) {
+  keep_second_thread_alive();
+  std::optional<asio::steady_timer> live;
+  if (regime == Regime::live_io) {
+    live.emplace(ioc, std::chrono::hours(1));
+    live->async_wait([](error_code) {});
+  }
+  auto guard = asio::make_work_guard(ioc);
+  OneShot promise;
+  int done = 0;
+  int b_value = 0;
+  auto one_pair = [&] {
+    done = 0;
+    if (caller == Caller::callback) {
+      shield.execute_async([&](auto t) { return promise.wait(std::move(t)); },
+                           asio::bind_executor(ioc, [&](error_code, int) { ++done; }));
+      shield.execute_async([](auto t) { return async_answer(std::move(t)); },
+                           asio::bind_executor(ioc, [&](error_code ec, int v) {
+                             b_value = ec ? -1 : v;
+                             ++done;
+                           }));
+    } else {
+      asio::co_spawn(
+          ioc,
+          [&]() -> asio::awaitable<void> {
+            co_await shield.execute_async([&](auto t) { return promise.wait(std::move(t)); });
+            ++done;
+          },
+          asio::detached);
+      asio::co_spawn(
+          ioc,
+          [&]() -> asio::awaitable<void> {
+            b_value =
+                co_await shield.execute_async([](auto t) { return async_answer(std::move(t)); });
+            ++done;
+          },
+          asio::detached);
+    }
+    while (!ioc.stopped() && ioc.poll_one() != 0) {
+    }  // A parks on the promise, B queues
+    promise.fire();
+    while (done < 2) ioc.run_one();
+  };
+  for (int i = 0; i < 100; ++i) one_pair();  // warm-up (recycling caches, deadline services)
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) one_pair();
+  allocs.report(state);
+  if (b_value != 42) state.SkipWithError("B did not return 42");
+  state.SetLabel(label);
+  if (live) live->cancel();
+  guard.reset();
+  ioc.run();
+}
+
+template <class Make>
+void pair_benchmark(benchmark::State& state, Make make_strategy, Caller caller, Regime regime) {
+  asio::io_context ioc(1);
+  const kevlar::Shield shield = kevlar::Shield{}.use(make_strategy(ioc));
+  run_pair(state, shield, ioc, caller, regime,
+           regime == Regime::idle ? "idle loop; ns and allocations per pair"
+                                  : "live I/O (pending timer); ns and allocations per pair");
+}
+
+auto unpaired = [](asio::io_context&) -> std::shared_ptr<kevlar::Strategy> {
+  kevlar::ConcurrencyLimitOptions o;
+  o.max_concurrency = 1;
+  o.max_queue = 1;
+  return kevlar::ConcurrencyLimitStrategy::create(o);
+};
+auto mutex_control = [](asio::io_context& ioc) -> std::shared_ptr<kevlar::Strategy> {
+  return std::make_shared<TwoObjectLimiter<kevlar::bench::MutexDequeSemaphore>>(
+      1, 1, ioc.get_executor(), 0u);
+};
+auto channel_control = [](asio::io_context& ioc) -> std::shared_ptr<kevlar::Strategy> {
+  return std::make_shared<TwoObjectLimiter<kevlar::bench::ChannelSemaphore>>(
+      1, 1, ioc.get_executor(), 0u, 1u);
+};
+
+#define KEVLAR_PAIR(sem, caller, regime)                                            \
+  BENCHMARK_CAPTURE(pair_benchmark, sem##_##caller##_##regime, sem, Caller::caller, \
+                    Regime::regime)                                                 \
+      ->Name("BM_QueuedHandoffPair/" #sem "/" #caller "/" #regime)
+
+KEVLAR_PAIR(unpaired, callback, idle);
+KEVLAR_PAIR(mutex_control, callback, idle);
+KEVLAR_PAIR(channel_control, callback, idle);
+KEVLAR_PAIR(unpaired, coroutine, idle);
+KEVLAR_PAIR(mutex_control, coroutine, idle);
+KEVLAR_PAIR(channel_control, coroutine, idle);
+KEVLAR_PAIR(unpaired, callback, live_io);
+KEVLAR_PAIR(mutex_control, callback, live_io);
+KEVLAR_PAIR(channel_control, callback, live_io);
+KEVLAR_PAIR(unpaired, coroutine, live_io);
+KEVLAR_PAIR(mutex_control, coroutine, live_io);
+KEVLAR_PAIR(channel_control, coroutine, live_io);
+
+// ---- uncontended and contended
+// -------------------------------------------------------------------
+
+[[gnu::noinline]] int work(int x) {
+  benchmark::DoNotOptimize(x);
+  return x + 1;
+}
+
+const kevlar::Shield& limit_shield() {
+  static const kevlar::Shield s = kevlar::Shield{}.concurrency_limit(1024);
+  return s;
+}
+
+void BM_ConcurrencyLimit_uncontended_sync(benchmark::State& state) {
+  int x = 0;
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) {
+    x = limit_shield().execute([x] { return work(x); });
+    benchmark::DoNotOptimize(x);
+  }
+  allocs.report(state);
+  state.SetLabel("no event loop; compare BM_Overhead/raw_sync");
+}
+
+void BM_ConcurrencyLimit_uncontended_async(benchmark::State& state) {
+  asio::io_context ioc(1);
+  kevlar::bench::AllocReport allocs;
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        int x = 0;
+        for (auto _ : state) {
+          x += co_await limit_shield().execute_async(
+              [](auto t) { return async_answer(std::move(t)); });
+          benchmark::DoNotOptimize(x);
+        }
+      },
+      asio::detached);
+  ioc.run();
+  allocs.report(state);
+  state.SetLabel("idle loop; compare BM_Overhead/raw_async");
+}
+
+std::shared_ptr<kevlar::Shield> contended_shield;
+
+void BM_ConcurrencyLimit_contended(benchmark::State& state) {
+  if (state.thread_index() == 0) {
+    kevlar::ConcurrencyLimitOptions o;
+    o.max_concurrency = static_cast<int>(state.range(0));
+    o.max_queue = 64;
+    contended_shield = std::make_shared<kevlar::Shield>(kevlar::Shield{}.concurrency_limit(o));
+  }
+  kevlar::bench::AllocReport allocs;
+  int x = 0;
+  for (auto _ : state) {
+    x = contended_shield->execute([x] { return work(x); });
+    benchmark::DoNotOptimize(x);
+  }
+  allocs.report(state);
+  state.SetLabel("2 threads, synchronous execute, no event loop");
+}
+
+}  // namespace
+
+BENCHMARK(BM_ConcurrencyLimit_uncontended_sync)->Name("BM_ConcurrencyLimit/uncontended_sync");
+BENCHMARK(BM_ConcurrencyLimit_uncontended_async)->Name("BM_ConcurrencyLimit/uncontended_async");
+BENCHMARK(BM_ConcurrencyLimit_contended)
+    ->Name("BM_ConcurrencyLimit/contended/2")
+    ->Arg(1)
+    ->Arg(2)
+    ->Threads(2)
+    ->UseRealTime();

@@ -1,0 +1,83 @@
+// BM_Pipeline: Kevlar's composed scenario, Timeout(10 s) -> Retry(3, no delay) -> ratio breaker.
+#include "bench_support.hpp"
+
+#include <kevlar/kevlar.hpp>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+[[gnu::noinline]] int work(int x) {
+  benchmark::DoNotOptimize(x);
+  return x + 1;
+}
+
+const kevlar::Shield& pipeline() {
+  static const kevlar::Shield s = [] {
+    kevlar::RetryOptions retry;
+    retry.max_retries = 3;
+    retry.backoff = kevlar::Backoff::none();
+    kevlar::CircuitBreakerOptions breaker;
+    breaker.failure_ratio = 0.1;
+    breaker.minimum_throughput = 100;
+    breaker.sampling_window = 30s;
+    breaker.break_duration = 5s;
+    return kevlar::Shield{}.timeout(10s).retry(retry).circuit_breaker(breaker);
+  }();
+  return s;
+}
+
+void BM_Pipeline_timeout_retry_breaker(benchmark::State& state) {
+  int x = 0;
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) {
+    x = pipeline().execute([x] { return work(x); });
+    benchmark::DoNotOptimize(x);
+  }
+  allocs.report(state);
+  state.SetLabel("no event loop; compare BM_Overhead/raw_sync");
+}
+
+template <class Token>
+auto async_work(int x, Token&& token) {
+  return asio::async_initiate<Token, void(boost::system::error_code, int)>(
+      [](auto handler, int v) {
+        auto ex = asio::get_associated_executor(handler);
+        asio::post(ex, asio::append(std::move(handler), boost::system::error_code(), v + 1));
+      },
+      token, x);
+}
+
+void BM_Pipeline_timeout_retry_breaker_async(benchmark::State& state) {
+  asio::io_context ioc(1);
+  kevlar::bench::AllocReport allocs;
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        int x = 0;
+        for (auto _ : state) {
+          x = co_await pipeline().execute_async(
+              [&](auto t) { return async_work(x, std::move(t)); });
+          benchmark::DoNotOptimize(x);
+        }
+        kevlar::TimeoutStrategy::release_idle_timers(ioc);
+      },
+      asio::detached);
+  ioc.run();
+  allocs.report(state);
+  state.SetLabel("idle loop; compare BM_Overhead/raw_async");
+}
+
+}  // namespace
+
+BENCHMARK(BM_Pipeline_timeout_retry_breaker)->Name("BM_Pipeline/timeout_retry_breaker");
+BENCHMARK(BM_Pipeline_timeout_retry_breaker_async)->Name("BM_Pipeline/timeout_retry_breaker_async");
