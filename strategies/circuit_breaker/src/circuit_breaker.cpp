@@ -185,17 +185,6 @@ void CircuitBreakerCore::clear_metrics_locked() noexcept {
   }
 }
 
-inline void CircuitBreakerCore::count_success(Clock::time_point now) {
-  if (now.time_since_epoch().count() < current_end_.load(std::memory_order_acquire)) {
-    // The current bucket is still current: one atomic increment, no lock. (A success racing a
-    // rotation may land in the neighbouring bucket, which the window counts the same way.)
-    buckets_[current_slot_.load(std::memory_order_relaxed)].successes.fetch_add(
-        1, std::memory_order_relaxed);
-    return;
-  }
-  count_success_slow(now);
-}
-
 void CircuitBreakerCore::count_success_slow(Clock::time_point now) {
   std::lock_guard lock(mutex_);
   if (state_.load(std::memory_order_relaxed) != CircuitState::closed) return;
@@ -321,15 +310,9 @@ CircuitBreakerCore::Admission CircuitBreakerCore::admit(Clock::time_point now) {
   return a;
 }
 
-void CircuitBreakerCore::record_success(Clock::time_point now, const Admission& a) {
-  if (!a.probe()) {
-    // Outcomes of calls admitted while closed count only while the circuit is still closed.
-    if (state() != CircuitState::closed) return;
-    if (ratio_mode_) {
-      count_success(now);
-    } else if (consecutive_.load(std::memory_order_relaxed) != 0) {
-      consecutive_.store(0, std::memory_order_relaxed);
-    }
+void CircuitBreakerCore::record_success_slow(Clock::time_point now, const Admission& a) {
+  if (!a.probe()) {  // ratio mode, closed, a new bucket: rotate under the lock
+    count_success_slow(now);
     return;
   }
   std::uint64_t ticket = 0;

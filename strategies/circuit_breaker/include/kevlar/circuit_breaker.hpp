@@ -205,7 +205,26 @@ class CircuitBreakerCore {
 
   /// Records a success of the call admitted as `a`, completed at `now` (read in ratio mode only).
   /// Closes a half-open circuit once success_threshold probes succeeded.
-  void record_success(Clock::time_point now, const Admission& a);
+  void record_success(Clock::time_point now, const Admission& a) {
+    if (!a.probe()) {
+      // Outcomes of calls admitted while closed count only while the circuit is still closed.
+      if (state() != CircuitState::closed) return;
+      if (!ratio_mode_) {
+        if (consecutive_.load(std::memory_order_relaxed) != 0) {
+          consecutive_.store(0, std::memory_order_relaxed);
+        }
+        return;
+      }
+      if (now.time_since_epoch().count() < current_end_.load(std::memory_order_acquire)) {
+        // The current bucket is still current: one atomic increment, no lock. (A success racing
+        // a rotation may land in the neighbouring bucket, which the window counts the same way.)
+        buckets_[current_slot_.load(std::memory_order_relaxed)].successes.fetch_add(
+            1, std::memory_order_relaxed);
+        return;
+      }
+    }
+    record_success_slow(now, a);
+  }
 
   /// Records a handled failure of the call admitted as `a`, completed at `now`. May open the
   /// circuit (calling break_duration_generator outside the lock, whose exception propagates after
@@ -265,7 +284,7 @@ class CircuitBreakerCore {
 
   // --- without the lock
   void deliver(std::uint64_t ticket);
-  void count_success(Clock::time_point now);
+  void record_success_slow(Clock::time_point now, const Admission& a);
   void count_success_slow(Clock::time_point now);
 
   CircuitBreakerOptions options_;
