@@ -215,7 +215,12 @@ void run_chain(benchmark::State& state, std::uint32_t initial, Step step, Start 
   start(chain);
   for (int i = 0; i < 64; ++i) ioc.run_one();  // warm the caches
   AllocReport allocs;
-  for (auto _ : state) ioc.run_one();
+  for (auto _ : state) {
+    if (ioc.run_one() == 0) {
+      state.SkipWithError("the io_context ran out of work: a completion never arrived");
+      break;
+    }
+  }
   allocs.report(state);
   state.SetLabel(idle_loop);
   // Tear down: stop re-arming, let the last completion run.
@@ -269,7 +274,12 @@ void forced_handoff(benchmark::State& state) {
   asio::co_spawn(ioc.get_executor(), player(), asio::detached);
   for (int i = 0; i < 64; ++i) ioc.run_one();  // warm-up: both players parked in turn
   AllocReport allocs;
-  for (auto _ : state) ioc.run_one();
+  for (auto _ : state) {
+    if (ioc.run_one() == 0) {
+      state.SkipWithError("the io_context ran out of work: a completion never arrived");
+      break;
+    }
+  }
   allocs.report(state);
   stop = true;
   (void)sem->release();
@@ -294,7 +304,12 @@ void asio_hop_control(benchmark::State& state) {
   asio::post(ioc, Hop{&ioc, &on});
   for (int i = 0; i < 64; ++i) ioc.run_one();
   AllocReport allocs;
-  for (auto _ : state) ioc.run_one();
+  for (auto _ : state) {
+    if (ioc.run_one() == 0) {
+      state.SkipWithError("the io_context ran out of work: a completion never arrived");
+      break;
+    }
+  }
   allocs.report(state);
   on = false;
   ioc.run_for(std::chrono::seconds(1));
@@ -314,7 +329,12 @@ void asio_coroutine_hop_control(benchmark::State& state) {
       asio::detached);
   for (int i = 0; i < 64; ++i) ioc.run_one();
   AllocReport allocs;
-  for (auto _ : state) ioc.run_one();
+  for (auto _ : state) {
+    if (ioc.run_one() == 0) {
+      state.SkipWithError("the io_context ran out of work: a completion never arrived");
+      break;
+    }
+  }
   allocs.report(state);
   stop = true;
   ioc.run_for(std::chrono::seconds(1));
@@ -389,7 +409,12 @@ void contended(benchmark::State& state) {
   mine.arm();
   for (int i = 0; i < 64; ++i) main_ioc.run_one();
   ProcessAllocReport allocs;
-  for (auto _ : state) main_ioc.run_one();
+  for (auto _ : state) {
+    if (main_ioc.run_one() == 0) {
+      state.SkipWithError("the io_context ran out of work: a completion never arrived");
+      break;
+    }
+  }
   allocs.report(state);
   // Teardown: stop re-arming and drain this side, then stop (rather than drain) the other
   // side's context: with the channel control its last send was seen to stay parked there, and a
