@@ -5,17 +5,29 @@
 
 #include <benchmark/benchmark.h>
 
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
+#include <thread>
 
 namespace kevlar::bench {
 
-/// Reports allocs_per_op and bytes_per_op for the allocations the calling thread made while the
-/// benchmark loop ran. Construct before the loop; call report() after it.
-class AllocReport {
+/// Reports allocs_per_op and bytes_per_op for the allocations counted by `Source` (the calling
+/// thread's, or every thread's) while the benchmark loop ran. Construct before the loop; call
+/// report() after it.
+template <kevlar::testing::AllocStats (*Source)() noexcept>
+class BasicAllocReport {
  public:
-  AllocReport() noexcept : start_(kevlar::testing::thread_allocations()) {}
+  BasicAllocReport() noexcept : start_(Source()) {}
   void report(benchmark::State& state, std::int64_t ops_per_iteration = 1) const {
-    const auto now = kevlar::testing::thread_allocations();
+    const auto now = Source();
     const double ops = static_cast<double>(state.iterations() * ops_per_iteration);
     state.counters["allocs_per_op"] =
         ops > 0 ? static_cast<double>(now.count - start_.count) / ops : 0;
@@ -27,21 +39,51 @@ class AllocReport {
   kevlar::testing::AllocStats start_;
 };
 
-/// Same, counting every thread's allocations (benchmarks that use helper threads).
-class ProcessAllocReport {
- public:
-  ProcessAllocReport() noexcept : start_(kevlar::testing::process_allocations()) {}
-  void report(benchmark::State& state, std::int64_t ops_per_iteration = 1) const {
-    const auto now = kevlar::testing::process_allocations();
-    const double ops = static_cast<double>(state.iterations() * ops_per_iteration);
-    state.counters["allocs_per_op"] =
-        ops > 0 ? static_cast<double>(now.count - start_.count) / ops : 0;
-    state.counters["bytes_per_op"] =
-        ops > 0 ? static_cast<double>(now.bytes - start_.bytes) / ops : 0;
-  }
+/// Allocations of the calling thread.
+using AllocReport = BasicAllocReport<&kevlar::testing::thread_allocations>;
+/// Allocations of every thread (benchmarks that use helper threads).
+using ProcessAllocReport = BasicAllocReport<&kevlar::testing::process_allocations>;
 
- private:
-  kevlar::testing::AllocStats start_;
-};
+/// The raw call every synchronous benchmark wraps: cheap, not inlined, not optimised away.
+[[gnu::noinline]] inline int work(int x) {
+  benchmark::DoNotOptimize(x);
+  return x + 1;
+}
+
+/// The smallest real asynchronous operation: completes with (error_code, x + 1) through a post to
+/// the handler's associated executor (or `ex`), so the loop stays idle (no reactor).
+template <class Token>
+auto async_work(const boost::asio::any_io_executor& ex, int x, Token&& token) {
+  return boost::asio::async_initiate<Token, void(boost::system::error_code, int)>(
+      [ex](auto handler, int v) {
+        auto hex = boost::asio::get_associated_executor(handler, ex);
+        boost::asio::post(
+            hex, boost::asio::append(std::move(handler), boost::system::error_code(), v + 1));
+      },
+      token, x);
+}
+
+/// glibc elides the lock prefix of pthread mutexes while a process has one thread; a real server
+/// has many. Benchmarks of mutex-based controls keep this parked thread alive.
+inline void keep_second_thread_alive() {
+  struct Parked {
+    std::mutex m;
+    std::condition_variable cv;
+    bool stop = false;
+    std::thread t{[this] {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [this] { return stop; });
+    }};
+    ~Parked() {
+      {
+        std::lock_guard<std::mutex> lock(m);
+        stop = true;
+      }
+      cv.notify_one();
+      t.join();
+    }
+  };
+  static Parked parked;
+}
 
 }  // namespace kevlar::bench

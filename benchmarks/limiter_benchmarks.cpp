@@ -39,27 +39,7 @@ namespace {
 namespace asio = boost::asio;
 using boost::system::error_code;
 
-/// glibc elides mutex atomics while a process has a single thread; keep a parked one.
-void keep_second_thread_alive() {
-  struct Parked {
-    std::mutex m;
-    std::condition_variable cv;
-    bool stop = false;
-    std::thread t{[this] {
-      std::unique_lock<std::mutex> lock(m);
-      cv.wait(lock, [this] { return stop; });
-    }};
-    ~Parked() {
-      {
-        std::lock_guard<std::mutex> lock(m);
-        stop = true;
-      }
-      cv.notify_one();
-      t.join();
-    }
-  };
-  static Parked parked;
-}
+using kevlar::bench::keep_second_thread_alive;
 
 /// Kevlar's two-object limiter (interlocked counters; a semaphore that only carries wake-ups),
 /// following the rules that make it correct in C++ (seq_cst Dekker pair, registration before the
@@ -266,10 +246,7 @@ KEVLAR_PAIR(channel_control, coroutine, live_io);
 // ---- uncontended and contended
 // -------------------------------------------------------------------
 
-[[gnu::noinline]] int work(int x) {
-  benchmark::DoNotOptimize(x);
-  return x + 1;
-}
+using kevlar::bench::work;
 
 const kevlar::Shield& limit_shield() {
   static const kevlar::Shield s = kevlar::Shield{}.concurrency_limit(1024);

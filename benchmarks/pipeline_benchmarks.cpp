@@ -16,10 +16,7 @@ namespace {
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
-[[gnu::noinline]] int work(int x) {
-  benchmark::DoNotOptimize(x);
-  return x + 1;
-}
+using kevlar::bench::work;
 
 const kevlar::Shield& pipeline() {
   static const kevlar::Shield s = [] {
@@ -47,16 +44,6 @@ void BM_Pipeline_timeout_retry_breaker(benchmark::State& state) {
   state.SetLabel("no event loop; compare BM_Overhead/raw_sync");
 }
 
-template <class Token>
-auto async_work(int x, Token&& token) {
-  return asio::async_initiate<Token, void(boost::system::error_code, int)>(
-      [](auto handler, int v) {
-        auto ex = asio::get_associated_executor(handler);
-        asio::post(ex, asio::append(std::move(handler), boost::system::error_code(), v + 1));
-      },
-      token, x);
-}
-
 void BM_Pipeline_timeout_retry_breaker_async(benchmark::State& state) {
   asio::io_context ioc(1);
   kevlar::bench::AllocReport allocs;
@@ -65,8 +52,9 @@ void BM_Pipeline_timeout_retry_breaker_async(benchmark::State& state) {
       [&]() -> asio::awaitable<void> {
         int x = 0;
         for (auto _ : state) {
-          x = co_await pipeline().execute_async(
-              [&](auto t) { return async_work(x, std::move(t)); });
+          x = co_await pipeline().execute_async([&](auto t) {
+            return kevlar::bench::async_work(ioc.get_executor(), x, std::move(t));
+          });
           benchmark::DoNotOptimize(x);
         }
         kevlar::TimeoutStrategy::release_idle_timers(ioc);

@@ -80,7 +80,7 @@ class MutexDequeSemaphore {
   template <class CompletionToken = boost::asio::deferred_t>
   auto async_acquire(CompletionToken&& token = CompletionToken()) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
-        [this](auto handler) { start(std::move(handler)); }, token);
+        [this](auto handler) { this->start(std::move(handler)); }, token);
   }
 
   [[nodiscard]] std::uint32_t available() {

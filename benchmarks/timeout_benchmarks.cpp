@@ -18,20 +18,8 @@ namespace {
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
-[[gnu::noinline]] int work(int x) {
-  benchmark::DoNotOptimize(x);
-  return x + 1;
-}
-
-template <class Token>
-auto async_work(const asio::any_io_executor& ex, int x, Token&& token) {
-  return asio::async_initiate<Token, void(boost::system::error_code, int)>(
-      [ex](auto handler, int v) {
-        auto hex = asio::get_associated_executor(handler, ex);
-        asio::post(hex, asio::append(std::move(handler), boost::system::error_code(), v + 1));
-      },
-      token, x);
-}
+using kevlar::bench::async_work;
+using kevlar::bench::work;
 
 const kevlar::Shield& timeout_shield() {
   static const kevlar::Shield s = kevlar::Shield{}.timeout(10s);
