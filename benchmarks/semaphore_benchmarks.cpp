@@ -42,28 +42,7 @@ using boost::system::error_code;
 using kevlar::bench::AllocReport;
 using kevlar::bench::ProcessAllocReport;
 
-/// glibc elides the lock prefix of pthread mutexes while a process has one thread; a real server
-/// has many. Every semaphore benchmark keeps this parked thread alive.
-void keep_second_thread_alive() {
-  struct Parked {
-    std::mutex m;
-    std::condition_variable cv;
-    bool stop = false;
-    std::thread t{[this] {
-      std::unique_lock<std::mutex> lock(m);
-      cv.wait(lock, [this] { return stop; });
-    }};
-    ~Parked() {
-      {
-        std::lock_guard<std::mutex> lock(m);
-        stop = true;
-      }
-      cv.notify_one();
-      t.join();
-    }
-  };
-  static Parked parked;
-}
+using kevlar::bench::keep_second_thread_alive;
 
 // The three implementations, built the same way from an executor and an initial count.
 struct Ours {
