@@ -24,6 +24,7 @@
 #include <boost/asio/execution/executor.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/execution/relationship.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 #include <boost/asio/require.hpp>
@@ -566,18 +567,32 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
 
   // The executor deliveries are submitted to: never blocking, as a continuation (defer), with
   // the wrapper built in the reserve.
-  static auto make_delivery_executor(const AssocEx& ex, detail::DeliveryReserve* reserve) {
+  template <class Ex>
+  static auto make_delivery_executor(const Ex& ex, detail::DeliveryReserve* reserve) {
     namespace exec = boost::asio::execution;
     return boost::asio::prefer(boost::asio::require(ex, exec::blocking.never),
                                exec::relationship.continuation,
                                exec::allocator(detail::ReserveAllocator<void>(reserve)));
   }
-  using DeliveryEx = decltype(make_delivery_executor(std::declval<const AssocEx&>(), nullptr));
+  template <class Ex>
+  using DeliveryExOf = decltype(make_delivery_executor(std::declval<const Ex&>(), nullptr));
   // Outstanding work, counted only while the operation waits (a ready grant is counted by the
   // executor's own queue). Made from the final executor: every copy of a tracked executor counts
   // work again, an atomic increment and decrement per temporary.
-  using WorkEx = std::decay_t<decltype(boost::asio::prefer(
-      std::declval<const DeliveryEx&>(), boost::asio::execution::outstanding_work.tracked))>;
+  template <class Ex>
+  using WorkExOf = std::decay_t<decltype(boost::asio::prefer(
+      std::declval<const DeliveryExOf<Ex>&>(), boost::asio::execution::outstanding_work.tracked))>;
+
+  // A type-erased any_io_executor ignores the allocator property: a delivery through it would
+  // allocate twice (its function wrapper and the io_context's operation). When it wraps an
+  // io_context executor (coroutines, kevlar's own executions), deliveries go to that executor
+  // directly instead, with the wrapper in the reserve.
+  static constexpr bool erased = std::is_same_v<AssocEx, boost::asio::any_io_executor>;
+  using IoEx = boost::asio::io_context::executor_type;
+  using DeliveryEx = DeliveryExOf<AssocEx>;
+  using WorkEx = WorkExOf<AssocEx>;
+  using IoDeliveryEx = std::conditional_t<erased, DeliveryExOf<IoEx>, DeliveryEx>;
+  using IoWorkEx = std::conditional_t<erased, WorkExOf<IoEx>, WorkEx>;
 
   using HandlerAlloc = boost::asio::associated_allocator_t<Handler>;
   using BaseAlloc = std::conditional_t<std::is_same_v<HandlerAlloc, std::allocator<void>>,
@@ -617,13 +632,22 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   /// Counts outstanding work on the waiter's executor, so that its io_context::run() does not
   /// return while the operation waits. May throw (copying a type-erased executor may allocate).
   void track_work() {
-    work_.emplace(boost::asio::prefer(ex_, boost::asio::execution::outstanding_work.tracked));
+    namespace exec = boost::asio::execution;
+    if (io_ex_) {
+      io_work_.emplace(boost::asio::prefer(*io_ex_, exec::outstanding_work.tracked));
+    } else {
+      work_.emplace(boost::asio::prefer(*ex_, exec::outstanding_work.tracked));
+    }
   }
 
   /// Hands the result to the executor; the op belongs to the queued delivery from here on.
   void schedule(boost::system::error_code ec) noexcept {
     ec_ = ec;
-    ex_.execute(Delivery{this});
+    if (io_ex_) {
+      io_ex_->execute(Delivery{this});
+    } else {
+      ex_->execute(Delivery{this});
+    }
   }
 
   /// Frees an op that was never scheduled (initiation failed after allocation).
@@ -643,10 +667,15 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
 
  private:
   AcquireOp(BasicUnpairedSemaphore* sem, Handler&& handler, const AssocEx& ex)
-      : detail::WaitNode(&AcquireOp::on_complete),
-        sem_(sem),
-        handler_(std::move(handler)),
-        ex_(make_delivery_executor(ex, &reserve_)) {}
+      : detail::WaitNode(&AcquireOp::on_complete), sem_(sem), handler_(std::move(handler)) {
+    if constexpr (erased) {
+      if (const IoEx* io = ex.template target<IoEx>()) {
+        io_ex_.emplace(make_delivery_executor(*io, &reserve_));
+        return;
+      }
+    }
+    ex_.emplace(make_delivery_executor(ex, &reserve_));
+  }
 
   static void on_complete(detail::WaitNode* node, boost::system::error_code ec) noexcept {
     static_cast<AcquireOp*>(node)->schedule(ec);
@@ -701,20 +730,22 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   void abandon() noexcept {
     BasicUnpairedSemaphore* sem = sem_;
     const bool owned_permit = !ec_;
-    {
-      Handler handler(std::move(handler_));
-      allocator_type alloc = allocator_for(handler);
-      this->~AcquireOp();
-      std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
-    }
+    Handler handler(std::move(handler_));
+    allocator_type alloc = allocator_for(handler);
+    this->~AcquireOp();
+    std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
+    // Return the permit before the handler goes: destroying it may release the last reference to
+    // whatever owns this semaphore (a limiter inside a shield that only the execution kept alive).
     if (owned_permit) (void)sem->release(1);
   }
 
   BasicUnpairedSemaphore* sem_;
   Handler handler_;
   detail::DeliveryReserve reserve_;
-  DeliveryEx ex_;
-  std::optional<WorkEx> work_;
+  std::optional<DeliveryEx> ex_;       ///< the delivery executor, or
+  std::optional<IoDeliveryEx> io_ex_;  ///< the io_context executor an any_io_executor wraps
+  std::optional<WorkEx> work_;         ///< work counted while linked, on ex_ ...
+  std::optional<IoWorkEx> io_work_;    ///< ... or on io_ex_
   boost::asio::cancellation_slot slot_;
   boost::system::error_code ec_;
 };
