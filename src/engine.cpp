@@ -184,12 +184,14 @@ void CallBase::cancel_from_caller(boost::asio::cancellation_type type) noexcept 
   cancel_origin_ = 0;
   context_->cancel_requested_ = true;
   step_signal_.emit(type);
+  inline_cancellation_.emit(type);
 }
 
 void CallBase::cancel_inner(std::size_t origin, boost::asio::cancellation_type type) noexcept {
   if (cancel_origin_ == no_layer || cancel_origin_ > origin + 1) cancel_origin_ = origin + 1;
   context_->cancel_requested_ = true;
   step_signal_.emit(type);
+  inline_cancellation_.emit(type);
 }
 
 }  // namespace detail

@@ -162,9 +162,24 @@ class WaitHandler {
   /// Waits started with this handler allocate from kevlar's per-thread block cache.
   [[nodiscard]] allocator_type get_allocator() const noexcept { return {}; }
 
- private:
+ protected:
   detail::CallBase* call_;
 };
+
+namespace detail {
+
+/// The WaitHandler of kevlar's own queue waits (the concurrency limiter): its cancellation slot
+/// keeps the handler inside the execution, so that parking allocates nothing.
+class QueueWaitHandler : public WaitHandler {
+ public:
+  using cancellation_slot_type = InlineSlot;
+  using WaitHandler::WaitHandler;
+  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
+    return call_->inline_slot();
+  }
+};
+
+}  // namespace detail
 
 inline WaitHandler Layer::wait_handler() const noexcept {
   return WaitHandler(call_);

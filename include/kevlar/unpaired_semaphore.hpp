@@ -430,11 +430,15 @@ class BasicUnpairedSemaphore {
   ///
   /// Allocation: one operation block from the handler's associated allocator (Asio's recycling
   /// allocator by default: no malloc after warm-up), holding the queue node and storage for the
-  /// delivery wrapper; installing the cancellation handler may allocate from the slot's recycled
-  /// memory. Both happen before the ledger or the queue change: if either throws `std::bad_alloc`,
-  /// the exception leaves this function (the handler is destroyed without being invoked) and
-  /// permits and queue are as before. Nothing allocates between parking and delivery when the
-  /// handler's executor honours the allocator property (io_context executors and strands).
+  /// delivery wrapper; installing the cancellation handler may allocate, as the slot decides
+  /// (Asio's cancellation_slot recycles its memory per thread inside a running io_context and
+  /// allocates outside one). Both happen before the ledger or the queue change: if either throws
+  /// `std::bad_alloc`, the exception leaves this function (the handler is destroyed without being
+  /// invoked) and permits and queue are as before. Nothing allocates between parking and delivery
+  /// when the handler's executor honours the allocator property (io_context executors and
+  /// strands) or is an any_io_executor wrapping an io_context executor (delivered to that
+  /// executor directly). The slot may be any type with Asio's slot interface (`is_connected`,
+  /// `emplace`, `clear`), as the handler's `cancellation_slot_type` names it.
   ///
   /// Thread-safety: may be called from any thread concurrently with every other member.
   template <BOOST_ASIO_COMPLETION_TOKEN_FOR(void(boost::system::error_code))
@@ -564,6 +568,7 @@ template <Ledger L>
 template <class Handler>
 class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   using AssocEx = boost::asio::associated_executor_t<Handler, executor_type>;
+  using Slot = boost::asio::associated_cancellation_slot_t<Handler>;
 
   // The executor deliveries are submitted to: never blocking, as a continuation (defer), with
   // the wrapper built in the reserve.
@@ -624,7 +629,7 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   }
 
   /// Installs the cancellation handler (may throw std::bad_alloc; nothing is installed then).
-  void install(boost::asio::cancellation_slot slot) {
+  void install(Slot slot) {
     slot.template emplace<CancelHandler>(this);
     slot_ = slot;
   }
@@ -746,7 +751,7 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   std::optional<IoDeliveryEx> io_ex_;  ///< the io_context executor an any_io_executor wraps
   std::optional<WorkEx> work_;         ///< work counted while linked, on ex_ ...
   std::optional<IoWorkEx> io_work_;    ///< ... or on io_ex_
-  boost::asio::cancellation_slot slot_;
+  Slot slot_{};
   boost::system::error_code ec_;
 };
 
@@ -754,7 +759,7 @@ template <Ledger L>
 template <class Handler>
 void BasicUnpairedSemaphore<L>::start_acquire(Handler&& handler) {
   using Op = AcquireOp<std::decay_t<Handler>>;
-  boost::asio::cancellation_slot slot = boost::asio::get_associated_cancellation_slot(handler);
+  auto slot = boost::asio::get_associated_cancellation_slot(handler);
 
   // Every allocation happens before the ledger or the queue change (std::bad_alloc leaves them
   // untouched).

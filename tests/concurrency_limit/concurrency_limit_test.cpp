@@ -5,11 +5,13 @@
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
+#include <boost/asio/append.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -404,6 +406,82 @@ TEST_F(LimiterTest, UndeliveredGrantOfTheLastOwnerReturnsThePermitFirst) {
   }  // waiter_ctx goes with the grant undelivered: B is abandoned, its pipeline destroyed
   EXPECT_TRUE(destroyed);
   EXPECT_FALSE(ops.pending(2)) << "an abandoned grant must never start the operation";
+}
+
+/// Call A's operation: pending until fire() posts its completion. The handler waits in typed
+/// static storage, so the test's own machinery allocates nothing.
+class OneShot {
+ public:
+  template <class Token>
+  auto wait(Token&& token) {
+    return asio::async_initiate<Token, void(error_code, int)>(
+        [this](auto handler) {
+          using H = decltype(handler);
+          Slot<H>::value.emplace(std::move(handler));
+          fire_ = &fire_slot<H>;
+        },
+        token);
+  }
+  void fire() { std::exchange(fire_, nullptr)(); }
+
+ private:
+  template <class H>
+  struct Slot {
+    static inline std::optional<H> value;
+  };
+  template <class H>
+  static void fire_slot() {
+    H h(std::move(*Slot<H>::value));
+    Slot<H>::value.reset();
+    auto ex = asio::get_associated_executor(h);
+    asio::post(ex, asio::append(std::move(h), error_code(), 1));
+  }
+  void (*fire_)() = nullptr;
+};
+
+/// Call B's operation: completes at once (posted) with 42.
+template <class Token>
+auto async_answer(Token&& token) {
+  return asio::async_initiate<Token, void(error_code, int)>(
+      [](auto handler) {
+        auto ex = asio::get_associated_executor(handler);
+        asio::post(ex, asio::append(std::move(handler), error_code(), 42));
+      },
+      token);
+}
+
+// The queued handoff (A runs, B parks in the queue, A's completion hands B the permit) started
+// from outside the event loop, where Asio's per-thread caches do not exist: once kevlar's block
+// cache is warm, nothing is allocated (B's cancellation handler lives in its execution).
+TEST(ConcurrencyLimit, QueuedHandoffAllocatesNothingAfterWarmUp) {
+  asio::io_context ioc(1);
+  auto work = asio::make_work_guard(ioc);
+  auto limiter = make_limiter(1, 1);
+  const Shield s = Shield{}.use(limiter);
+  OneShot promise;
+  int done = 0;
+  int b_value = 0;
+  std::uint32_t queued_seen = 0;
+  auto pair = [&] {
+    done = 0;
+    s.execute_async([&](auto t) { return promise.wait(std::move(t)); },
+                    asio::bind_executor(ioc, [&](error_code, int) { ++done; }));
+    s.execute_async([](auto t) { return async_answer(std::move(t)); },
+                    asio::bind_executor(ioc, [&](error_code ec, int v) {
+                      b_value = ec ? -1 : v;
+                      ++done;
+                    }));
+    ioc.poll();
+    queued_seen = limiter->state().queued;
+    promise.fire();
+    while (done < 2) ioc.run_one();
+  };
+  for (int i = 0; i < 10; ++i) pair();
+  kevlar::testing::AllocScope scope;
+  for (int i = 0; i < 100; ++i) pair();
+  EXPECT_EQ(scope.count(), 0U);
+  EXPECT_EQ(queued_seen, 1U) << "B must have waited in the queue";
+  EXPECT_EQ(b_value, 42);
 }
 
 TEST(ConcurrencyLimit, UncontendedPathAllocatesNothing) {

@@ -221,3 +221,72 @@ TEST(SteadyClock, SleepStopsWhenRequested) {
 
 }  // namespace
 }  // namespace kevlar
+
+namespace kevlar::detail {
+namespace {
+
+struct Recorder {
+  int* calls;
+  boost::asio::cancellation_type* last;
+  void operator()(boost::asio::cancellation_type type) const {
+    ++*calls;
+    *last = type;
+  }
+};
+
+/// Too big for the inline buffer: lives on the heap.
+struct BigRecorder : Recorder {
+  char padding[256] = {};
+};
+
+struct Counted {
+  static inline int alive = 0;
+  Counted() { ++alive; }
+  Counted(const Counted&) { ++alive; }
+  ~Counted() { --alive; }
+  void operator()(boost::asio::cancellation_type) const {}
+};
+
+TEST(InlineCancellation, EmitsToTheInstalledHandlerOnlyWhileInstalled) {
+  InlineCancellation storage;
+  InlineSlot slot(&storage);
+  EXPECT_TRUE(slot.is_connected());
+  EXPECT_FALSE(slot.has_handler());
+  EXPECT_FALSE(InlineSlot().is_connected());
+  storage.emit(boost::asio::cancellation_type::terminal);  // nothing installed: no effect
+
+  int calls = 0;
+  auto last = boost::asio::cancellation_type::none;
+  slot.emplace<Recorder>(Recorder{&calls, &last});
+  EXPECT_TRUE(slot.has_handler());
+  storage.emit(boost::asio::cancellation_type::partial);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(last, boost::asio::cancellation_type::partial);
+  slot.clear();
+  EXPECT_FALSE(slot.has_handler());
+  storage.emit(boost::asio::cancellation_type::terminal);
+  EXPECT_EQ(calls, 1);
+
+  slot.assign(BigRecorder{{&calls, &last}});  // the heap path behaves the same
+  storage.emit(boost::asio::cancellation_type::total);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(last, boost::asio::cancellation_type::total);
+}
+
+TEST(InlineCancellation, ReplacingClearingAndDestroyingDestroyTheHandler) {
+  {
+    InlineCancellation storage;
+    InlineSlot slot(&storage);
+    slot.emplace<Counted>();
+    EXPECT_EQ(Counted::alive, 1);
+    slot.emplace<Counted>();  // replaces
+    EXPECT_EQ(Counted::alive, 1);
+    slot.clear();
+    EXPECT_EQ(Counted::alive, 0);
+    slot.emplace<Counted>();
+  }  // the storage's destructor destroys what is still installed
+  EXPECT_EQ(Counted::alive, 0);
+}
+
+}  // namespace
+}  // namespace kevlar::detail

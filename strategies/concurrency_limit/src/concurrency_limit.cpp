@@ -80,7 +80,8 @@ Step ConcurrencyLimitStrategy::on_start(Layer& layer) {
     f.phase = Phase::holding;
     return Step::run_inner;
   }
-  semaphore_.async_acquire(layer.wait_handler());
+  // The queue wait's cancellation handler lives in the execution: parking allocates nothing.
+  semaphore_.async_acquire(detail::QueueWaitHandler(layer.call()));
   return Step::suspend;  // the queue owns the execution until the grant (or its abort)
 }
 
