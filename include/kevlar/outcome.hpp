@@ -55,6 +55,9 @@ struct OutcomeState {
     retry_after.reset();
   }
   void set_success() noexcept {
+    // A value outcome never carries an error, an exception or a retry_after (every setter keeps
+    // it so): the common case, an attempt that succeeded first time, changes nothing.
+    if (kind == OutcomeKind::value) return;
     kind = OutcomeKind::value;
     error.clear();
     exception = nullptr;

@@ -196,7 +196,15 @@ class Shield {
         return std::invoke(fn);
       }
     }
-    return execute_outcome(fn, std::move(stop)).value();
+    using Fn = std::remove_reference_t<F>;
+    using R = std::remove_cvref_t<typename detail::SyncResult<Fn>::type>;
+    if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
+    const detail::PipelineView& v = view();
+    Context ctx(*v.clock, true, std::move(stop));
+    detail::FrameBuffer frames(v.frame_bytes);
+    detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
+    call.run(Step::run_inner);
+    return call.take_value();  // no Outcome in between: the value moves once
   }
 
   /// Like execute(), but returns the Outcome instead of throwing.

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <kevlar/detail/call_base.hpp>
+#include <kevlar/error.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -86,6 +88,23 @@ class SyncCall final : public CallBase {
       outcome_.slot = &value_;
       outcome_.ops = &OptionalValueOps<R>::ops;
     }
+  }
+
+  /// The value, or the failure thrown as Outcome<R>::value() would throw it.
+  R take_value() {
+    switch (outcome_.kind) {
+      case OutcomeKind::value:
+        if constexpr (std::is_void_v<R>) {
+          return;
+        } else {
+          return std::move(*value_);
+        }
+      case OutcomeKind::error:
+        throw Error(outcome_.error, outcome_.retry_after);
+      case OutcomeKind::exception:
+        break;
+    }
+    std::rethrow_exception(outcome_.exception);
   }
 
   Outcome<R> take_outcome() {
