@@ -9,7 +9,7 @@
 
 namespace kevlar {
 
-bool Layer::handled() const noexcept {
+bool Layer::judge() const noexcept {
   const Clause* clause = call_->pipeline().layers[index_].clause;
   try {
     return clause->handles(outcome());
@@ -37,7 +37,7 @@ class RunningScope {
 
 }  // namespace
 
-Step CallBase::dispatch_start(std::size_t index) {
+inline Step CallBase::dispatch_start(std::size_t index) {
   Layer layer(*this, index);
   try {
     return pipeline_->layers[index].strategy->on_start(layer);
@@ -46,7 +46,7 @@ Step CallBase::dispatch_start(std::size_t index) {
   }
 }
 
-Step CallBase::dispatch_inner_complete(std::size_t index) {
+inline Step CallBase::dispatch_inner_complete(std::size_t index) {
   Layer layer(*this, index);
   try {
     return pipeline_->layers[index].strategy->on_inner_complete(layer);
@@ -55,7 +55,8 @@ Step CallBase::dispatch_inner_complete(std::size_t index) {
   }
 }
 
-Step CallBase::dispatch_wait_complete(std::size_t index, const boost::system::error_code& ec) {
+inline Step CallBase::dispatch_wait_complete(std::size_t index,
+                                             const boost::system::error_code& ec) {
   Layer layer(*this, index);
   try {
     return pipeline_->layers[index].strategy->on_wait_complete(layer, ec);
@@ -145,8 +146,9 @@ void CallBase::run(Step step) {
 }
 
 void CallBase::start_wait() {
-  if (!timer_) timer_ = context_->clock().make_timer(call_executor());
-  timer_->async_wait_until(wait_deadline_, *this);
+  std::unique_ptr<ClockTimer>& timer = async_->timer;
+  if (!timer) timer = context_->clock().make_timer(call_executor());
+  timer->async_wait_until(wait_deadline_, *this);
 }
 
 void CallBase::operation_completed() {
@@ -180,18 +182,22 @@ void CallBase::abandon_execution() noexcept {
   destroy();
 }
 
+void CallBase::emit_step(boost::asio::cancellation_type type) noexcept {
+  if (async_ == nullptr) return;  // a synchronous execution sees it through Context::cancelled()
+  async_->step_signal.emit(type);
+  async_->inline_cancellation.emit(type);
+}
+
 void CallBase::cancel_from_caller(boost::asio::cancellation_type type) noexcept {
   cancel_origin_ = 0;
   context_->cancel_requested_ = true;
-  step_signal_.emit(type);
-  inline_cancellation_.emit(type);
+  emit_step(type);
 }
 
 void CallBase::cancel_inner(std::size_t origin, boost::asio::cancellation_type type) noexcept {
   if (cancel_origin_ == no_layer || cancel_origin_ > origin + 1) cancel_origin_ = origin + 1;
   context_->cancel_requested_ = true;
-  step_signal_.emit(type);
-  inline_cancellation_.emit(type);
+  emit_step(type);
 }
 
 }  // namespace detail

@@ -97,6 +97,9 @@ class Clause {
   /// True if the clause matches `outcome`. May throw what a predicate throws.
   [[nodiscard]] bool handles(const OutcomeRef& outcome) const;
 
+  /// True if the clause has result conditions (a successful outcome can match only then).
+  [[nodiscard]] bool judges_results() const noexcept { return !results_.empty(); }
+
   /// True if the clause has no condition at all.
   [[nodiscard]] bool empty() const noexcept {
     return errors_.empty() && exceptions_.empty() && results_.empty() && !default_;

@@ -80,7 +80,14 @@ class Layer {
   /// Applies the clause in force at this position to the current outcome. If a predicate throws,
   /// the outcome becomes that exception and the result is false (the failure is not handled
   /// again: it surfaces as the execution's failure).
-  [[nodiscard]] bool handled() const noexcept;
+  [[nodiscard]] bool handled() const noexcept {
+    // A success is judged only by result conditions: the common case needs no call.
+    if (call_->outcome().kind == OutcomeKind::value &&
+        !call_->pipeline().layers[index_].clause->judges_results()) {
+      return false;
+    }
+    return judge();
+  }
 
   /// Replaces the deadline synchronous code sees through Context::deadline() and
   /// Context::cancelled() (a timeout's cooperative budget), returning the previous one, which the
@@ -134,6 +141,8 @@ class Layer {
   [[nodiscard]] class WaitHandler wait_handler() const noexcept;
 
  private:
+  [[nodiscard]] bool judge() const noexcept;
+
   detail::CallBase* call_;
   std::size_t index_;
 };

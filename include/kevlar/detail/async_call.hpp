@@ -216,6 +216,7 @@ class AsyncCall final : public CallBase {
         handler_(std::move(handler)),
         attempt_(std::move(attempt)),
         blocks_(blocks) {
+    async_ = &steps_;
     if constexpr (Traits::value_count > 0) {
       outcome_.slot = &values_;
       outcome_.ops = &TupleValueOps<Values, Value>::ops;
@@ -285,6 +286,7 @@ class AsyncCall final : public CallBase {
     std::allocator_traits<BlockAlloc>::deallocate(alloc, static_cast<Block*>(mem), blocks);
   }
 
+  AsyncSteps steps_;
   std::shared_ptr<const void> keep_alive_;  ///< the pipeline outlives the execution
   Context context_storage_;
   Handler handler_;

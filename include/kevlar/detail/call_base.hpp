@@ -120,6 +120,15 @@ class InlineSlot {
   InlineCancellation* storage_ = nullptr;
 };
 
+/// What only an asynchronous execution needs to run its pending steps: the signal forwarding
+/// cancellation to the pending step, the inline slot of kevlar's own queue waits, and the timer of
+/// Step::wait. It lives in the asynchronous execution's block; a synchronous execution has none.
+struct AsyncSteps {
+  boost::asio::cancellation_signal step_signal;
+  InlineCancellation inline_cancellation;
+  std::unique_ptr<ClockTimer> timer;
+};
+
 /// The execution (if any) whose engine is running on this thread; a pending step's handler that is
 /// destroyed while its execution's engine is on the stack (a failed initiation) leaves the
 /// execution to the engine instead of abandoning it.
@@ -173,9 +182,13 @@ class CallBase : private ClockWaiter {
 
   // Asynchronous executions only.
   [[nodiscard]] virtual boost::asio::any_io_executor call_executor() const noexcept = 0;
-  [[nodiscard]] boost::asio::cancellation_slot step_slot() noexcept { return step_signal_.slot(); }
+  [[nodiscard]] boost::asio::cancellation_slot step_slot() noexcept {
+    return async_ != nullptr ? async_->step_signal.slot() : boost::asio::cancellation_slot();
+  }
   /// The allocation-free slot of kevlar's own queue waits (see InlineCancellation).
-  [[nodiscard]] InlineSlot inline_slot() noexcept { return InlineSlot(&inline_cancellation_); }
+  [[nodiscard]] InlineSlot inline_slot() noexcept {
+    return async_ != nullptr ? InlineSlot(&async_->inline_cancellation) : InlineSlot();
+  }
 
  protected:
   ~CallBase() = default;
@@ -190,8 +203,7 @@ class CallBase : private ClockWaiter {
   virtual void destroy() noexcept = 0;
 
   OutcomeState outcome_;
-  boost::asio::cancellation_signal step_signal_;
-  InlineCancellation inline_cancellation_;
+  AsyncSteps* async_ = nullptr;  ///< set by asynchronous executions
 
  private:
   Step dispatch_start(std::size_t index);
@@ -200,13 +212,14 @@ class CallBase : private ClockWaiter {
   Step fail_layer(std::size_t index, std::exception_ptr ep) noexcept;
   void finish_layer(std::size_t index) noexcept;
   void start_wait();
+  void emit_step(boost::asio::cancellation_type type) noexcept;
 
   // ClockWaiter (asynchronous Step::wait).
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept override {
     return call_executor();
   }
   [[nodiscard]] boost::asio::cancellation_slot cancellation_slot() const noexcept override {
-    return const_cast<CallBase*>(this)->step_signal_.slot();
+    return const_cast<CallBase*>(this)->step_slot();
   }
   void complete(const boost::system::error_code& ec) override { wait_completed(ec); }
   void abandon() noexcept override { abandon_execution(); }
@@ -218,7 +231,6 @@ class CallBase : private ClockWaiter {
   std::size_t cancel_origin_ =
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
   Clock::time_point wait_deadline_{};
-  std::unique_ptr<ClockTimer> timer_;
 };
 
 }  // namespace detail
