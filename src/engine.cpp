@@ -83,7 +83,16 @@ void CallBase::finish_layer(std::size_t index) noexcept {
 }
 
 void CallBase::run(Step step) {
+  // Only handlers of asynchronous steps look at tl_running_call; a synchronous execution has none.
+  if (synchronous()) {
+    run_steps(step);
+    return;
+  }
   RunningScope scope(this);
+  run_steps(step);
+}
+
+void CallBase::run_steps(Step step) {
   const std::size_t n = pipeline_->size;
   for (;;) {
     switch (step) {
@@ -101,10 +110,7 @@ void CallBase::run(Step step) {
           return;
         }
         invoke_operation();
-        if (n == 0) {
-          deliver();
-          return;
-        }
+        if (n == 0) return;  // the synchronous caller takes the outcome from here
         depth_ = n - 1;
         step = dispatch_inner_complete(depth_);
         continue;
@@ -112,7 +118,7 @@ void CallBase::run(Step step) {
       case Step::complete:
         finish_layer(depth_);
         if (depth_ == 0) {
-          deliver();  // an asynchronous execution is destroyed here
+          if (!synchronous()) deliver();  // an asynchronous execution is destroyed here
           return;
         }
         --depth_;

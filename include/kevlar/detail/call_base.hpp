@@ -173,7 +173,7 @@ class CallBase : private ClockWaiter {
   }
   [[nodiscard]] std::size_t depth() const noexcept { return depth_; }
   [[nodiscard]] std::size_t cancel_origin() const noexcept { return cancel_origin_; }
-  [[nodiscard]] bool synchronous() const noexcept { return context_->synchronous(); }
+  [[nodiscard]] bool synchronous() const noexcept { return async_ == nullptr; }
 
   void set_wait_deadline(Clock::time_point t) noexcept { wait_deadline_ = t; }
   Clock::time_point exchange_deadline(Clock::time_point t) noexcept {
@@ -196,8 +196,8 @@ class CallBase : private ClockWaiter {
   /// Synchronous: run the user's function and store its outcome. Asynchronous: start the user's
   /// operation; its completion calls operation_completed().
   virtual void invoke_operation() = 0;
-  /// The outermost layer completed: hand the outcome to the caller (and, asynchronously, destroy
-  /// the execution).
+  /// Asynchronous executions: the outermost layer completed; hand the outcome to the caller and
+  /// destroy the execution. (A synchronous caller reads the outcome once run() returns.)
   virtual void deliver() = 0;
   /// Destroys an asynchronous execution without delivering.
   virtual void destroy() noexcept = 0;
@@ -211,6 +211,7 @@ class CallBase : private ClockWaiter {
   Step dispatch_wait_complete(std::size_t index, const boost::system::error_code& ec);
   Step fail_layer(std::size_t index, std::exception_ptr ep) noexcept;
   void finish_layer(std::size_t index) noexcept;
+  void run_steps(Step step);
   void start_wait();
   void emit_step(boost::asio::cancellation_type type) noexcept;
 
