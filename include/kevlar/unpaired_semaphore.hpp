@@ -43,6 +43,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -450,16 +451,24 @@ class BasicUnpairedSemaphore {
 
   /// Blocks the calling thread until it owns a permit, sharing the FIFO with asynchronous
   /// waiters. Throws `boost::system::system_error` with `kevlar::errc::closed` if the semaphore is
-  /// or gets closed first (or with the ledger's rejection code). Allocates nothing. Not
-  /// cancellable; do not call it on a thread whose executor must run to release a permit.
+  /// or gets closed first (or with the ledger's rejection code), and with
+  /// `boost::asio::error::operation_aborted` if `stop` is requested first (see acquire_or_error).
+  /// Allocates nothing. Do not call it on a thread whose executor must run to release a permit.
   /// Thread-safe.
-  void acquire() {
-    const boost::system::error_code ec = acquire_or_error();
+  void acquire(std::stop_token stop = {}) {
+    const boost::system::error_code ec = acquire_or_error(std::move(stop));
     if (ec) boost::throw_exception(boost::system::system_error(ec, "kevlar::UnpairedSemaphore"));
   }
 
   /// Blocking acquire reporting failure as an error code instead of throwing; see acquire().
-  [[nodiscard]] boost::system::error_code acquire_or_error() {
+  ///
+  /// Cancellation: if `stop` is requested before the call, it returns `operation_aborted` without
+  /// taking a permit; if it is requested while the caller waits in the queue (from any thread),
+  /// the caller leaves the queue — consuming nothing, the others keeping their order — and gets
+  /// `operation_aborted`. A request that loses the race with a grant changes nothing: the caller
+  /// owns the permit it was given.
+  [[nodiscard]] boost::system::error_code acquire_or_error(std::stop_token stop = {}) {
+    if (stop.stop_requested()) return boost::asio::error::operation_aborted;
     if (ledger_.try_acquire()) return {};
     detail::BlockingWaiter waiter;
     {
@@ -477,6 +486,10 @@ class BasicUnpairedSemaphore {
           break;
       }
     }
+    if (!stop.stop_possible()) return waiter.wait();
+    // Declared after the waiter: its destructor waits for a callback running on another thread,
+    // so the waiter outlives every use the callback makes of it.
+    std::stop_callback on_stop(stop, [this, &waiter]() noexcept { cancel_wait(&waiter); });
     return waiter.wait();
   }
 

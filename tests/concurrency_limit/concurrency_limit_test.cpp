@@ -19,6 +19,7 @@
 #include <latch>
 #include <optional>
 #include <random>
+#include <stop_token>
 #include <thread>
 
 namespace kevlar {
@@ -299,6 +300,46 @@ TEST_F(LimiterTest, SynchronousExecuteBlocksInTheSameQueue) {
   caller.join();
   EXPECT_TRUE(ran.load());
   EXPECT_EQ(limiter->state().available, 1U);
+}
+
+// A synchronous call waiting in the queue leaves it when its stop token is requested: it never
+// runs, it is a cancellation (no rejection hook), and its place is freed for the next caller.
+TEST_F(LimiterTest, SynchronousQueuedCallLeavesTheQueueWhenStopped) {
+  ConcurrencyLimitOptions o;
+  o.max_concurrency = 1;
+  o.max_queue = 1;
+  int hooks = 0;
+  o.on_rejected = [&](const ConcurrencyLimitRejectedEvent&) { ++hooks; };
+  auto limiter = Limiter::create(o);
+  const Shield s = Shield{}.use(limiter);
+  start(s, 1);  // holds the permit
+  ioc.poll();
+  ASSERT_TRUE(ops.pending(1));
+  std::stop_source stop;
+  bool ran = false;
+  std::optional<std::error_code> failure;
+  std::thread blocked([&] {
+    try {
+      s.execute([&] { ran = true; }, stop.get_token());
+    } catch (const Error& e) {
+      failure = e.code();
+    }
+  });
+  while (limiter->state().queued < 1) std::this_thread::yield();
+  stop.request_stop();
+  blocked.join();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_TRUE(*failure == std::errc::operation_canceled) << failure->message();
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(hooks, 0);
+  EXPECT_EQ(limiter->state().queued, 0U);
+  EXPECT_EQ(limiter->state().running, 1U);
+  start(s, 2);  // the freed place takes a new waiter
+  ioc.poll();
+  EXPECT_EQ(limiter->state().queued, 1U);
+  ops.complete(1);
+  ioc.poll();
+  EXPECT_TRUE(ops.pending(2));
 }
 
 TEST_F(LimiterTest, StateIsSharedByInstanceAcrossShields) {

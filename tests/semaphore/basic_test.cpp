@@ -21,6 +21,7 @@
 #include <exception>
 #include <future>
 #include <latch>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -428,6 +429,65 @@ TEST(UnpairedSemaphore, BlockingAcquireFailsWhenClosed) {
   sem.close();
   blocked.join();
   EXPECT_EQ(sem.acquire_or_error(), make_error_code(errc::closed));
+}
+
+// A stop token takes a blocked caller out of the queue: it consumes nothing, the waiters behind it
+// keep their order, and a release afterwards goes to them, not to the caller that left.
+TEST(UnpairedSemaphore, BlockingAcquireLeavesTheQueueWhenStopped) {
+  asio::io_context ioc;
+  UnpairedSemaphore sem(ioc.get_executor());
+  std::stop_source stop;
+  boost::system::error_code blocked_ec;
+  std::thread blocked([&] { blocked_ec = sem.acquire_or_error(stop.get_token()); });
+  while (sem.waiting() < 1) std::this_thread::yield();
+  Outcome behind;
+  sem.async_acquire(record(ioc, behind));
+  EXPECT_EQ(sem.waiting(), 2U);
+  stop.request_stop();
+  blocked.join();
+  EXPECT_EQ(blocked_ec, asio::error::operation_aborted);
+  EXPECT_EQ(sem.waiting(), 1U);
+  EXPECT_EQ(sem.available(), 0U);
+  EXPECT_TRUE(sem.release());  // -> behind
+  drain(ioc);
+  EXPECT_TRUE(behind.succeeded());
+  EXPECT_EQ(sem.available(), 0U);
+  EXPECT_EQ(sem.waiting(), 0U);
+}
+
+TEST(UnpairedSemaphore, BlockingAcquireWithAStopAlreadyRequestedTakesNothing) {
+  UnpairedSemaphore sem(1);
+  std::stop_source stop;
+  stop.request_stop();
+  EXPECT_EQ(sem.acquire_or_error(stop.get_token()), asio::error::operation_aborted);
+  EXPECT_EQ(sem.available(), 1U);
+  EXPECT_THROW(sem.acquire(stop.get_token()), boost::system::system_error);
+  EXPECT_EQ(sem.available(), 1U);
+  sem.acquire(std::stop_source().get_token());  // an unrequested token acquires as usual
+  EXPECT_EQ(sem.available(), 0U);
+}
+
+// A stop request racing a grant resolves exactly once: either the caller owns the permit, or it
+// left the queue and the permit stayed in the semaphore. Never both, never neither.
+TEST(UnpairedSemaphore, BlockingAcquireStopRacingAGrantConservesThePermit) {
+  for (int round = 0; round < 2000; ++round) {
+    UnpairedSemaphore sem;
+    std::stop_source stop;
+    boost::system::error_code ec;
+    std::thread blocked([&] { ec = sem.acquire_or_error(stop.get_token()); });
+    while (sem.waiting() < 1) std::this_thread::yield();
+    std::thread stopper([&] { stop.request_stop(); });
+    EXPECT_TRUE(sem.release());
+    stopper.join();
+    blocked.join();
+    if (ec) {
+      ASSERT_EQ(ec, asio::error::operation_aborted);
+      ASSERT_EQ(sem.available(), 1U) << "round " << round;
+    } else {
+      ASSERT_EQ(sem.available(), 0U) << "round " << round;
+    }
+    ASSERT_EQ(sem.waiting(), 0U);
+  }
 }
 
 // Completion tokens: deferred (the default) and use_awaitable in coroutines, as_tuple, use_future.

@@ -71,7 +71,8 @@ Step ConcurrencyLimitStrategy::on_start(Layer& layer) {
     return reject(layer);
   }
   if (layer.synchronous()) {
-    const boost::system::error_code ec = semaphore_.acquire_or_error();
+    // Blocks in the same FIFO; the caller's stop token takes it out of the queue.
+    const boost::system::error_code ec = semaphore_.acquire_or_error(layer.context().stop_token());
     if (ec == errc::concurrency_limit_exceeded) return reject(layer);
     if (ec) {
       layer.outcome().set_error(ec);
