@@ -5,7 +5,11 @@
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <array>
+#include <exception>
 #include <string>
+#include <system_error>
+#include <typeinfo>
 
 namespace kevlar {
 namespace {
@@ -56,12 +60,64 @@ bool is_cancellation(const boost::system::error_code& ec) noexcept {
 Error::Error(const boost::system::error_code& ec, std::optional<duration> retry_after)
     : std::system_error(static_cast<std::error_code>(ec)), error_(ec), retry_after_(retry_after) {}
 
-void Context::throw_cancelled() { throw Error(boost::asio::error::operation_aborted); }
+void Context::throw_cancelled() {
+  throw Error(boost::asio::error::operation_aborted);
+}
 
 namespace detail {
 
+namespace {
+
+#if defined(__GLIBCXX__)
+/// Whether exceptions of a dynamic type can carry an error code (derive from std::system_error or
+/// boost::system::system_error) is a property of the type: each thread learns it once per type, by
+/// one rethrow, and answers "no error code" for that type afterwards without rethrowing (a rethrow
+/// costs about a microsecond). Types that can carry one are always rethrown: the code belongs to
+/// the instance. Only libstdc++ names an exception_ptr's type without rethrowing it.
+struct TypeVerdict {
+  const std::type_info* type = nullptr;
+  bool carries_code = false;
+};
+thread_local std::array<TypeVerdict, 8> tl_verdicts{};
+thread_local unsigned tl_next_verdict = 0;
+
+const TypeVerdict* known_verdict(const std::type_info* type) noexcept {
+  for (const TypeVerdict& v : tl_verdicts) {
+    if (v.type == type) return &v;
+  }
+  return nullptr;
+}
+
+void remember_verdict(const std::type_info* type, bool carries_code) noexcept {
+  tl_verdicts[tl_next_verdict++ % tl_verdicts.size()] = TypeVerdict{type, carries_code};
+}
+#endif
+
+}  // namespace
+
 boost::system::error_code error_of_exception(const std::exception_ptr& ep) noexcept {
   if (!ep) return {};
+#if defined(__GLIBCXX__)
+  const std::type_info* type = ep.__cxa_exception_type();
+  if (type != nullptr) {
+    if (const TypeVerdict* v = known_verdict(type); v != nullptr && !v->carries_code) return {};
+  }
+  bool carries_code = true;
+  boost::system::error_code ec;
+  try {
+    std::rethrow_exception(ep);
+  } catch (const Error& e) {
+    ec = e.error();
+  } catch (const boost::system::system_error& e) {
+    ec = e.code();
+  } catch (const std::system_error& e) {
+    ec = boost::system::error_code(e.code());
+  } catch (...) {
+    carries_code = false;
+  }
+  if (type != nullptr && known_verdict(type) == nullptr) remember_verdict(type, carries_code);
+  return ec;
+#else
   try {
     std::rethrow_exception(ep);
   } catch (const Error& e) {
@@ -73,6 +129,7 @@ boost::system::error_code error_of_exception(const std::exception_ptr& ep) noexc
   } catch (...) {
   }
   return {};
+#endif
 }
 
 bool is_cancellation_exception(const std::exception_ptr& ep) noexcept {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <stdexcept>
 #include <system_error>
@@ -39,6 +40,37 @@ TEST(Errors, CancellationIsRecognised) {
   EXPECT_TRUE(is_cancellation(make_error_code(boost::system::errc::operation_canceled)));
   EXPECT_FALSE(is_cancellation(make_error_code(errc::timeout)));
   EXPECT_FALSE(is_cancellation({}));
+}
+
+struct CancelledJob : std::system_error {
+  CancelledJob() : std::system_error(std::make_error_code(std::errc::operation_canceled)) {}
+};
+
+// The error code of an exception is read per instance; whether a type can carry one at all is
+// remembered per type. Interleaving types and instances must never mix their answers.
+TEST(Errors, ErrorCodesOfExceptionsArePerInstanceWhateverWasSeenBefore) {
+  const auto runtime = std::make_exception_ptr(std::runtime_error("no code"));
+  const auto cancelled = std::make_exception_ptr(
+      boost::system::system_error(make_error_code(boost::system::errc::operation_canceled)));
+  const auto timed_out = std::make_exception_ptr(Error(errc::timeout));
+  const auto derived = std::make_exception_ptr(CancelledJob{});
+  const auto other_std =
+      std::make_exception_ptr(std::system_error(std::make_error_code(std::errc::io_error)));
+  for (int round = 0; round < 3; ++round) {  // the first round teaches, the next ones recall
+    EXPECT_FALSE(detail::error_of_exception(runtime));
+    EXPECT_FALSE(detail::is_cancellation_exception(runtime));
+    EXPECT_TRUE(detail::is_cancellation_exception(cancelled));
+    EXPECT_EQ(detail::error_of_exception(timed_out), errc::timeout);
+    EXPECT_FALSE(detail::is_cancellation_exception(timed_out));
+    EXPECT_TRUE(detail::is_cancellation_exception(derived));
+    EXPECT_TRUE(detail::error_of_exception(other_std));
+    EXPECT_FALSE(detail::is_cancellation_exception(other_std));
+    EXPECT_FALSE(detail::error_of_exception(std::make_exception_ptr(42)));
+  }
+  // Same dynamic type, different codes: each instance answers for itself.
+  const auto aborted = std::make_exception_ptr(Error(asio::error::operation_aborted));
+  EXPECT_TRUE(detail::is_cancellation_exception(aborted));
+  EXPECT_FALSE(detail::is_cancellation_exception(timed_out));
 }
 
 TEST(Outcome, HoldsExactlyOneThing) {
