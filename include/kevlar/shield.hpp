@@ -196,15 +196,7 @@ class Shield {
         return std::invoke(fn);
       }
     }
-    using Fn = std::remove_reference_t<F>;
-    using R = std::remove_cvref_t<typename detail::SyncResult<Fn>::type>;
-    if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
-    const detail::PipelineView& v = view();
-    Context ctx(*v.clock, true, std::move(stop));
-    detail::FrameBuffer frames(v.frame_bytes);
-    detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
-    call.run(Step::run_inner);
-    return call.take_value();  // no Outcome in between: the value moves once
+    return execute_pipeline(fn, std::move(stop));
   }
 
   /// Like execute(), but returns the Outcome instead of throwing.
@@ -293,6 +285,19 @@ class Shield {
       co_return co_await f();
     }
   };
+
+  /// The non-empty path of execute(), kept out of line so that the empty shield's path stays a
+  /// direct call wherever execute() is inlined.
+  template <class Fn, class R = std::remove_cvref_t<typename detail::SyncResult<Fn>::type>>
+  [[gnu::noinline]] R execute_pipeline(Fn& fn, std::stop_token stop) const {
+    if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
+    const detail::PipelineView& v = view();
+    Context ctx(*v.clock, true, std::move(stop));
+    detail::FrameBuffer frames(v.frame_bytes);
+    detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
+    call.run(Step::run_inner);
+    return call.take_value();  // no Outcome in between: the value moves once
+  }
 
   template <class F>
   static auto run_factory(Shield self, F factory) -> std::remove_cvref_t<std::invoke_result_t<F&>> {
