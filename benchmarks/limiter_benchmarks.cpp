@@ -13,6 +13,8 @@
 #include "bench_support.hpp"
 #include "semaphore_controls.hpp"
 
+#include <handoff_ops.hpp>
+
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/kevlar.hpp>
 
@@ -101,47 +103,8 @@ class TwoObjectLimiter final : public kevlar::Strategy {
   Sem sem_;
 };
 
-/// A one-shot "promise" for call A: parks the handler (in typed static storage: no allocation)
-/// until fire() posts its completion.
-class OneShot {
- public:
-  template <class Token>
-  auto wait(Token&& token) {
-    return asio::async_initiate<Token, void(error_code, int)>(
-        [this](auto handler) {
-          using H = decltype(handler);
-          Slot<H>::value.emplace(std::move(handler));
-          fire_ = &fire_slot<H>;
-        },
-        token);
-  }
-  void fire() { std::exchange(fire_, nullptr)(); }
-
- private:
-  template <class H>
-  struct Slot {
-    static inline std::optional<H> value;
-  };
-  template <class H>
-  static void fire_slot() {
-    H h(std::move(*Slot<H>::value));
-    Slot<H>::value.reset();
-    auto ex = asio::get_associated_executor(h);
-    asio::post(ex, asio::append(std::move(h), error_code(), 1));
-  }
-  void (*fire_)() = nullptr;
-};
-
-/// An operation that completes at once (through a post) with 42.
-template <class Token>
-auto async_answer(Token&& token) {
-  return asio::async_initiate<Token, void(error_code, int)>(
-      [](auto handler) {
-        auto ex = asio::get_associated_executor(handler);
-        asio::post(ex, asio::append(std::move(handler), error_code(), 42));
-      },
-      token);
-}
+using kevlar::testing::async_answer;
+using kevlar::testing::OneShot;
 
 enum class Caller { callback, coroutine };
 enum class Regime { idle, live_io };

@@ -1,6 +1,7 @@
 #include "concurrency_limit/limiter_test_support.hpp"
 
 #include <alloc_counter.hpp>
+#include <handoff_ops.hpp>
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/kevlar.hpp>
 
@@ -449,47 +450,8 @@ TEST_F(LimiterTest, UndeliveredGrantOfTheLastOwnerReturnsThePermitFirst) {
   EXPECT_FALSE(ops.pending(2)) << "an abandoned grant must never start the operation";
 }
 
-/// Call A's operation: pending until fire() posts its completion. The handler waits in typed
-/// static storage, so the test's own machinery allocates nothing.
-class OneShot {
- public:
-  template <class Token>
-  auto wait(Token&& token) {
-    return asio::async_initiate<Token, void(error_code, int)>(
-        [this](auto handler) {
-          using H = decltype(handler);
-          Slot<H>::value.emplace(std::move(handler));
-          fire_ = &fire_slot<H>;
-        },
-        token);
-  }
-  void fire() { std::exchange(fire_, nullptr)(); }
-
- private:
-  template <class H>
-  struct Slot {
-    static inline std::optional<H> value;
-  };
-  template <class H>
-  static void fire_slot() {
-    H h(std::move(*Slot<H>::value));
-    Slot<H>::value.reset();
-    auto ex = asio::get_associated_executor(h);
-    asio::post(ex, asio::append(std::move(h), error_code(), 1));
-  }
-  void (*fire_)() = nullptr;
-};
-
-/// Call B's operation: completes at once (posted) with 42.
-template <class Token>
-auto async_answer(Token&& token) {
-  return asio::async_initiate<Token, void(error_code, int)>(
-      [](auto handler) {
-        auto ex = asio::get_associated_executor(handler);
-        asio::post(ex, asio::append(std::move(handler), error_code(), 42));
-      },
-      token);
-}
+using kevlar::testing::async_answer;
+using kevlar::testing::OneShot;
 
 // The queued handoff (A runs, B parks in the queue, A's completion hands B the permit) started
 // from outside the event loop, where Asio's per-thread caches do not exist: once kevlar's block

@@ -1,0 +1,61 @@
+// Operations for the queued-handoff shape (limit 1, queue 1: A runs, B queues, A's completion hands
+// B the permit), shared by the limiter tests and BM_QueuedHandoffPair. Neither allocates: their
+// handlers wait in typed static storage or go straight to a post.
+#pragma once
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <optional>
+#include <utility>
+
+namespace kevlar::testing {
+
+/// Call A's operation: pending until fire() posts its completion `(error_code(), 1)` to the
+/// handler's executor. One wait at a time per handler type.
+class OneShot {
+ public:
+  template <class Token>
+  auto wait(Token&& token) {
+    return boost::asio::async_initiate<Token, void(boost::system::error_code, int)>(
+        [this](auto handler) {
+          using H = decltype(handler);
+          Slot<H>::value.emplace(std::move(handler));
+          fire_ = &fire_slot<H>;
+        },
+        token);
+  }
+  /// Posts the pending completion; a wait must be pending.
+  void fire() { std::exchange(fire_, nullptr)(); }
+
+ private:
+  template <class H>
+  struct Slot {
+    static inline std::optional<H> value;
+  };
+  template <class H>
+  static void fire_slot() {
+    H h(std::move(*Slot<H>::value));
+    Slot<H>::value.reset();
+    auto ex = boost::asio::get_associated_executor(h);
+    boost::asio::post(ex, boost::asio::append(std::move(h), boost::system::error_code(), 1));
+  }
+  void (*fire_)() = nullptr;
+};
+
+/// Call B's operation: completes at once, through a post, with `(error_code(), 42)`.
+template <class Token>
+auto async_answer(Token&& token) {
+  return boost::asio::async_initiate<Token, void(boost::system::error_code, int)>(
+      [](auto handler) {
+        auto ex = boost::asio::get_associated_executor(handler);
+        boost::asio::post(ex,
+                          boost::asio::append(std::move(handler), boost::system::error_code(), 42));
+      },
+      token);
+}
+
+}  // namespace kevlar::testing
