@@ -158,6 +158,7 @@ void CallBase::start_wait() {
 }
 
 void CallBase::operation_completed() {
+  step_completed();
   if (pipeline_->size == 0) {
     RunningScope scope(this);
     deliver();
@@ -173,6 +174,7 @@ void CallBase::operation_completed() {
 }
 
 void CallBase::wait_completed(const boost::system::error_code& ec) {
+  step_completed();
   Step step;
   {
     RunningScope scope(this);
@@ -190,8 +192,21 @@ void CallBase::abandon_execution() noexcept {
 
 void CallBase::emit_step(boost::asio::cancellation_type type) noexcept {
   if (async_ == nullptr) return;  // a synchronous execution sees it through Context::cancelled()
+  // Only the pending step's slot holds a handler (step_completed() clears both), and the emit is
+  // the last thing that touches this execution: an operation may complete inside its
+  // cancellation handler, and the execution can be destroyed before emit() returns.
+  if (async_->inline_cancellation.has_handler()) {
+    async_->inline_cancellation.emit(type);
+    return;
+  }
   async_->step_signal.emit(type);
-  async_->inline_cancellation.emit(type);
+}
+
+void CallBase::step_completed() noexcept {
+  // An operation need not clear the handler it installed in its slot when it completes (Asio's
+  // timers do not); a later cancellation must not reach it once the next step is pending.
+  async_->step_signal.slot().clear();
+  async_->inline_cancellation.clear();
 }
 
 void CallBase::cancel_from_caller(boost::asio::cancellation_type type) noexcept {

@@ -343,6 +343,51 @@ TEST_F(LimiterTest, SynchronousQueuedCallLeavesTheQueueWhenStopped) {
   EXPECT_TRUE(ops.pending(2));
 }
 
+// The first attempt's operation leaves its cancellation handler in the step slot when it
+// completes (as Asio's timers do). The retry then waits in the limiter's queue; cancelling it must
+// reach the queue wait and never the finished operation's handler.
+TEST_F(LimiterTest, CancellingAQueuedRetryNeverReachesAFinishedAttemptsHandler) {
+  RetryOptions ro;
+  ro.max_retries = 3;
+  ro.backoff = Backoff::none();
+  const Shield s = Shield{}.retry(ro).concurrency_limit(1, 4);
+  asio::cancellation_signal caller;
+  int stale_calls = 0;
+  int attempts = 0;
+  std::optional<error_code> e_done;
+  s.execute_async(
+      [&](auto token) {
+        return asio::async_initiate<decltype(token), void(error_code, int)>(
+            [&](auto handler) {
+              ++attempts;
+              // Installed and left behind: the operation completes without clearing it.
+              asio::get_associated_cancellation_slot(handler).assign(
+                  [&](asio::cancellation_type) { ++stale_calls; });
+              auto ex = asio::get_associated_executor(handler);
+              asio::post(ex, asio::append(std::move(handler),
+                                          error_code(asio::error::connection_reset), 0));
+            },
+            token);
+      },
+      asio::bind_cancellation_slot(
+          caller.slot(), asio::bind_executor(ioc, [&](error_code ec, int) { e_done = ec; })));
+  start(s, 2);    // queues behind E's first attempt
+  ioc.run_one();  // E's first attempt fails: its permit goes to 2, E's retry queues behind it
+  ioc.poll();
+  ASSERT_TRUE(ops.pending(2));
+  ASSERT_EQ(attempts, 1);
+  ASSERT_FALSE(e_done.has_value());
+  caller.emit(asio::cancellation_type::terminal);
+  ioc.poll();
+  EXPECT_EQ(stale_calls, 0) << "a finished operation's cancellation handler was invoked";
+  ASSERT_TRUE(e_done.has_value());
+  EXPECT_EQ(*e_done, asio::error::operation_aborted);
+  EXPECT_EQ(attempts, 1);
+  ops.complete(2);
+  ioc.poll();
+  EXPECT_TRUE(results.finished(2));
+}
+
 TEST_F(LimiterTest, StateIsSharedByInstanceAcrossShields) {
   auto limiter = make_limiter(1, 0);
   const Shield a = Shield{}.use(limiter);

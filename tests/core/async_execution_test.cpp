@@ -4,7 +4,9 @@
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
+#include <boost/asio/append.hpp>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -12,12 +14,14 @@
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -487,6 +491,74 @@ TEST(AsyncExecution, HandlerRunsExactlyOnceFromAnotherThreadsOperation) {
   worker.join();
   EXPECT_EQ(calls.load(), 1);
   EXPECT_TRUE(on_caller_thread);
+}
+
+// An operation may complete inside its own cancellation handler: the execution then finishes (and
+// is destroyed) while the caller's cancellation is being forwarded, and nothing may touch it after.
+// The handler brings std::allocator so the execution's block is freed to the heap, where
+// AddressSanitizer sees any later use.
+TEST(AsyncExecution, AnOperationCompletingInsideItsCancellationHandlerEndsTheExecutionCleanly) {
+  asio::io_context ioc;
+  asio::cancellation_signal caller;
+  const Shield s = Shield{}.retry(0);
+  std::optional<error_code> done;
+  s.execute_async(
+      [](auto token) {
+        return asio::async_initiate<decltype(token), void(error_code)>(
+            [](auto handler) {
+              auto slot = asio::get_associated_cancellation_slot(handler);
+              auto h = std::make_shared<decltype(handler)>(std::move(handler));
+              slot.assign(
+                  [h](asio::cancellation_type) { std::move (*h)(asio::error::operation_aborted); });
+            },
+            token);
+      },
+      asio::bind_cancellation_slot(
+          caller.slot(),
+          asio::bind_allocator(std::allocator<char>(),
+                               asio::bind_executor(ioc, [&](error_code ec) { done = ec; }))));
+  ioc.poll();
+  ASSERT_FALSE(done.has_value());
+  caller.emit(asio::cancellation_type::terminal);
+  ioc.poll();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(*done, asio::error::operation_aborted);
+}
+
+// An execution that outlives its shield holds the pipeline, and with it the shield's clock: its
+// backoff timer must go before the clock does.
+TEST(AsyncExecution, AnExecutionOutlivingItsShieldDestroysItsTimerBeforeTheClock) {
+  asio::io_context ioc;
+  auto clock = std::make_shared<ManualClock>();
+  ManualClock* raw = clock.get();
+  std::optional<error_code> done;
+  auto attempts = std::make_shared<int>(0);
+  {
+    RetryOptions o;
+    o.max_retries = 1;
+    o.backoff = Backoff::constant(std::chrono::seconds(1));
+    const Shield s = Shield{}.with_clock(std::move(clock)).retry(o);
+    s.execute_async(
+        [attempts](auto token) {
+          return asio::async_initiate<decltype(token), void(error_code)>(
+              [attempts](auto handler) {
+                const bool first = (*attempts)++ == 0;
+                auto ex = asio::get_associated_executor(handler);
+                asio::post(ex, asio::append(std::move(handler),
+                                            first ? error_code(asio::error::connection_reset)
+                                                  : error_code()));
+              },
+              token);
+        },
+        asio::bind_executor(ioc, [&](error_code ec) { done = ec; }));
+    ioc.poll();  // the first attempt failed; the execution waits on the backoff timer
+  }  // the shield is gone: the execution holds the last reference to the pipeline and the clock
+  EXPECT_EQ(*attempts, 1);
+  raw->advance(std::chrono::seconds(1));
+  ioc.poll();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_FALSE(*done);
+  EXPECT_EQ(*attempts, 2);
 }
 
 }  // namespace

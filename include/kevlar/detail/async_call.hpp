@@ -286,8 +286,9 @@ class AsyncCall final : public CallBase {
     std::allocator_traits<BlockAlloc>::deallocate(alloc, static_cast<Block*>(mem), blocks);
   }
 
-  AsyncSteps steps_;
   std::shared_ptr<const void> keep_alive_;  ///< the pipeline outlives the execution
+  // After keep_alive_: destroyed first, so the step timer goes before the pipeline's clock.
+  AsyncSteps steps_;
   Context context_storage_;
   Handler handler_;
   Attempt attempt_;

@@ -214,6 +214,7 @@ class CallBase : private ClockWaiter {
   void run_steps(Step step);
   void start_wait();
   void emit_step(boost::asio::cancellation_type type) noexcept;
+  void step_completed() noexcept;
 
   // ClockWaiter (asynchronous Step::wait).
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept override {
