@@ -126,14 +126,23 @@ void DeadlineQueue::abandon() noexcept {
 }
 
 void DeadlineQueue::deliver(DeadlineEntry* target) noexcept {
-  std::lock_guard lock(mutex_);
-  for (DeadlineEntry* e = firing_head_; e != nullptr; e = e->next) {
-    if (e != target) continue;
-    unlink(firing_head_, firing_tail_, *e);
-    e->state = DeadlineEntry::State::fired;
-    e->call->cancel_inner(e->index, boost::asio::cancellation_type::terminal);
-    return;
+  CallBase* call = nullptr;
+  std::size_t index = 0;
+  {
+    std::lock_guard lock(mutex_);
+    for (DeadlineEntry* e = firing_head_; e != nullptr; e = e->next) {
+      if (e != target) continue;
+      unlink(firing_head_, firing_tail_, *e);
+      e->state = DeadlineEntry::State::fired;
+      call = e->call;
+      index = e->index;
+      break;
+    }
   }
+  // Outside the lock: the cancellation may complete the operation inline, and the execution then
+  // runs on (its timeout disarms through this queue) or ends before cancel_inner returns. Nothing
+  // else can end it meanwhile: this job runs on the execution's executor, serialised with it.
+  if (call != nullptr) call->cancel_inner(index, boost::asio::cancellation_type::terminal);
 }
 
 void DeadlineQueue::shutdown() noexcept {
