@@ -6,6 +6,8 @@
 #include <kevlar/timeout.hpp>
 
 #include <gtest/gtest.h>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -19,6 +21,7 @@
 #include <boost/asio/write.hpp>
 
 #include <array>
+#include <memory>
 #include <thread>
 
 namespace kevlar {
@@ -68,6 +71,32 @@ TEST_F(Timeout, ExpiryAbortsTheOperationAndReportsTimeout) {
   EXPECT_EQ(*got, errc::timeout);
   EXPECT_EQ(timeouts, 1);
   EXPECT_EQ(timer.cancel(), 0U);  // the timer wait really was aborted, not left pending
+}
+
+// An operation may complete inside its cancellation handler: the expiry then continues the
+// execution before cancel returns, and the timeout disarms through its deadline queue. The expiry
+// must not hold the queue's lock while it cancels (it did: a self-deadlock).
+TEST_F(Timeout, AnOperationCompletingInsideItsCancellationHandlerTimesOut) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  std::optional<error_code> got;
+  shield.execute_async(
+      [](auto token) {
+        return asio::async_initiate<decltype(token), void(error_code)>(
+            [](auto handler) {
+              auto slot = asio::get_associated_cancellation_slot(handler);
+              auto h = std::make_shared<decltype(handler)>(std::move(handler));
+              slot.assign(
+                  [h](asio::cancellation_type) { std::move (*h)(asio::error::operation_aborted); });
+            },
+            token);
+      },
+      asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+  ioc.poll();
+  clock->advance(1s);
+  ioc.poll();
+  ioc.poll();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::timeout);
 }
 
 TEST_F(Timeout, ExpiryAbortsAPendingSocketRead) {
