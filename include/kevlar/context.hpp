@@ -5,6 +5,7 @@
 
 #include <any>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -37,6 +38,18 @@ class Key {
 /// Thread-safety: not synchronised; it belongs to one execution, which runs one step at a time.
 class Properties {
  public:
+  Properties() noexcept = default;
+  Properties(const Properties& other)
+      : entries_(other.entries_ ? std::make_unique<std::vector<Entry>>(*other.entries_) : nullptr) {
+  }
+  Properties& operator=(const Properties& other) {
+    if (this != &other) Properties(other).swap(*this);
+    return *this;
+  }
+  Properties(Properties&&) noexcept = default;
+  Properties& operator=(Properties&&) noexcept = default;
+  ~Properties() = default;
+
   /// Stores `value` under `key`, replacing any previous value.
   template <class T>
   void set(const Key<T>& key, T value) {
@@ -44,7 +57,8 @@ class Properties {
       e->value = std::move(value);
       return;
     }
-    entries_.push_back(Entry{key.name(), std::type_index(typeid(T)), std::any(std::move(value))});
+    if (!entries_) entries_ = std::make_unique<std::vector<Entry>>();
+    entries_->push_back(Entry{key.name(), std::type_index(typeid(T)), std::any(std::move(value))});
   }
   /// The value under `key`, or nullptr if none was set.
   template <class T>
@@ -66,17 +80,20 @@ class Properties {
   /// Removes the value under `key`; returns true if there was one.
   template <class T>
   bool erase(const Key<T>& key) noexcept {
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (!entries_) return false;
+    for (auto it = entries_->begin(); it != entries_->end(); ++it) {
       if (it->type == typeid(T) && it->name == key.name()) {
-        entries_.erase(it);
+        entries_->erase(it);
         return true;
       }
     }
     return false;
   }
-  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
-  [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
-  void clear() noexcept { entries_.clear(); }
+  [[nodiscard]] std::size_t size() const noexcept { return entries_ ? entries_->size() : 0; }
+  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  void clear() noexcept {
+    if (entries_) entries_->clear();
+  }
 
  private:
   struct Entry {
@@ -84,13 +101,17 @@ class Properties {
     std::type_index type;
     std::any value;
   };
+  void swap(Properties& other) noexcept { entries_.swap(other.entries_); }
   Entry* find(std::string_view name, const std::type_info& type) noexcept {
-    for (Entry& e : entries_) {
+    if (!entries_) return nullptr;
+    for (Entry& e : *entries_) {
       if (e.type == type && e.name == name) return &e;
     }
     return nullptr;
   }
-  std::vector<Entry> entries_;
+  // Allocated on the first set(): an execution that never uses properties (nearly all) builds
+  // and destroys one null pointer instead of a vector.
+  std::unique_ptr<std::vector<Entry>> entries_;
 };
 
 namespace detail {

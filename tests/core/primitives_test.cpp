@@ -153,6 +153,33 @@ TEST(Context, PropertiesAreTypedByNameAndType) {
   EXPECT_EQ(p.try_get(a), nullptr);
 }
 
+TEST(Context, PropertiesCopyDeeplyAndAnEmptyBagAnswersEverything) {
+  Properties empty;
+  const Key<int> a("a");
+  EXPECT_EQ(empty.size(), 0U);
+  EXPECT_FALSE(empty.contains(a));
+  EXPECT_FALSE(empty.erase(a));
+  empty.clear();
+  Properties copy_of_empty(empty);
+  EXPECT_TRUE(copy_of_empty.empty());
+
+  Properties p;
+  p.set(a, 1);
+  Properties q(p);  // a deep copy: changing one leaves the other alone
+  q.set(a, 2);
+  EXPECT_EQ(p.get_or(a, 0), 1);
+  EXPECT_EQ(q.get_or(a, 0), 2);
+  q = empty;
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(p.size(), 1U);
+  Properties moved(std::move(p));
+  EXPECT_EQ(moved.get_or(a, 0), 1);
+  moved.clear();
+  EXPECT_TRUE(moved.empty());
+  moved.set(a, 3);  // usable after clear
+  EXPECT_EQ(moved.get_or(a, 0), 3);
+}
+
 TEST(Context, CancelledFollowsTheStopToken) {
   std::stop_source s;
   Context ctx(*Clock::steady(), true, s.get_token());
