@@ -1,4 +1,5 @@
-// Instructions per synchronous call of a few shields, for tools/count-instructions.sh.
+// kevlar_count_instructions: instructions per synchronous call of a few shields, driven by
+// tools/count-instructions.sh.
 //
 // Wall-clock times on a shared VM move by 10-30 % between runs; instruction counts do not. The
 // script runs this program under callgrind with N and 2N calls and divides the difference by N,

@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
 # Instructions per synchronous call (callgrind) of an empty shield, one pass-through strategy and
-# each built-in strategy, against the Release library in build/ (cmake --preset release, then
-# ninja -C build/release kevlar, or any Release build directory passed as $1).
+# each built-in strategy, with the kevlar_count_instructions driver of a Release build that has
+# benchmarks enabled (cmake --preset release; ninja -C <dir> kevlar_count_instructions).
 #
-#   tools/count-instructions.sh [build-dir]
+#   tools/count-instructions.sh [build-dir]     (default: build/release, else build)
 #
 # Deterministic where wall-clock benchmarks on a shared VM are not; compare revisions with it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${1:-$root/build}"
-lib="$build/libkevlar.a"
-[[ -f "$lib" ]] || { echo "no $lib: build the kevlar target in a Release build first" >&2; exit 1; }
+build="${1:-}"
+if [[ -z "$build" ]]; then
+  build="$root/build/release"
+  [[ -x "$build/kevlar_count_instructions" ]] || build="$root/build"
+fi
+exe="$build/kevlar_count_instructions"
+[[ -x "$exe" ]] || { echo "no $exe: build the kevlar_count_instructions target first" >&2; exit 1; }
 command -v valgrind > /dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
-includes=(-I"$root/include")
-for d in "$root"/strategies/*/include; do includes+=(-I"$d"); done
-exe="$(mktemp -d)/count-instructions"
-g++ -std=c++20 -O3 -DNDEBUG -DBOOST_ASIO_NO_DEPRECATED "${includes[@]}" \
-  "$root/tools/count-instructions.cpp" "$lib" -o "$exe" -lpthread
 count() {  # instructions executed for $2 calls of shield $1
   valgrind --tool=callgrind --callgrind-out-file=/dev/null "$exe" "$1" "$2" 2>&1 |
     awk '/Collected/ {print $4}'
