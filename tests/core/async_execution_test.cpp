@@ -503,16 +503,7 @@ TEST(AsyncExecution, AnOperationCompletingInsideItsCancellationHandlerEndsTheExe
   const Shield s = Shield{}.retry(0);
   std::optional<error_code> done;
   s.execute_async(
-      [](auto token) {
-        return asio::async_initiate<decltype(token), void(error_code)>(
-            [](auto handler) {
-              auto slot = asio::get_associated_cancellation_slot(handler);
-              auto h = std::make_shared<decltype(handler)>(std::move(handler));
-              slot.assign(
-                  [h](asio::cancellation_type) { std::move (*h)(asio::error::operation_aborted); });
-            },
-            token);
-      },
+      test::CompletesOnCancel{},
       asio::bind_cancellation_slot(
           caller.slot(),
           asio::bind_allocator(std::allocator<char>(),

@@ -79,18 +79,8 @@ TEST_F(Timeout, ExpiryAbortsTheOperationAndReportsTimeout) {
 TEST_F(Timeout, AnOperationCompletingInsideItsCancellationHandlerTimesOut) {
   const Shield shield = Shield{}.timeout(1s).with_clock(clock);
   std::optional<error_code> got;
-  shield.execute_async(
-      [](auto token) {
-        return asio::async_initiate<decltype(token), void(error_code)>(
-            [](auto handler) {
-              auto slot = asio::get_associated_cancellation_slot(handler);
-              auto h = std::make_shared<decltype(handler)>(std::move(handler));
-              slot.assign(
-                  [h](asio::cancellation_type) { std::move (*h)(asio::error::operation_aborted); });
-            },
-            token);
-      },
-      asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+  shield.execute_async(test::CompletesOnCancel{},
+                       asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
   ioc.poll();
   clock->advance(1s);
   ioc.poll();
