@@ -2,6 +2,7 @@
 #pragma once
 
 #include <alloc_counter.hpp>
+#include <kevlar/shield.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -9,13 +10,19 @@
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace kevlar::bench {
 
@@ -50,17 +57,71 @@ using ProcessAllocReport = BasicAllocReport<&kevlar::testing::process_allocation
   return x + 1;
 }
 
-/// The smallest real asynchronous operation: completes with (error_code, x + 1) through a post to
-/// the handler's associated executor (or `ex`), so the loop stays idle (no reactor).
+/// The smallest real asynchronous operation: completes with (ec, x + 1) through a post to the
+/// handler's associated executor (or `ex`), so the loop stays idle (no reactor).
+template <class Token>
+auto async_work(const boost::asio::any_io_executor& ex, boost::system::error_code ec, int x,
+                Token&& token) {
+  return boost::asio::async_initiate<Token, void(boost::system::error_code, int)>(
+      [ex](auto handler, boost::system::error_code e, int v) {
+        auto hex = boost::asio::get_associated_executor(handler, ex);
+        boost::asio::post(hex, boost::asio::append(std::move(handler), e, v + 1));
+      },
+      token, ec, x);
+}
+
+/// async_work that succeeds.
 template <class Token>
 auto async_work(const boost::asio::any_io_executor& ex, int x, Token&& token) {
-  return boost::asio::async_initiate<Token, void(boost::system::error_code, int)>(
-      [ex](auto handler, int v) {
-        auto hex = boost::asio::get_associated_executor(handler, ex);
-        boost::asio::post(
-            hex, boost::asio::append(std::move(handler), boost::system::error_code(), v + 1));
+  return async_work(ex, boost::system::error_code(), x, std::forward<Token>(token));
+}
+
+/// The synchronous overhead shape: `x = shield.execute([x] { return work(x); })` per iteration,
+/// allocations counted. `label` names the regime and the baseline to compare with.
+inline void run_sync_calls(benchmark::State& state, const kevlar::Shield& shield,
+                           const char* label) {
+  int x = 0;
+  AllocReport allocs;
+  for (auto _ : state) {
+    x = shield.execute([x] { return work(x); });
+    benchmark::DoNotOptimize(x);
+  }
+  allocs.report(state);
+  state.SetLabel(label);
+}
+
+/// The asynchronous overhead shape: one coroutine on an io_context with no I/O object co_awaits
+/// `shield.execute_async(async_work)` per iteration, allocations counted. `after_loop(ioc)` runs in
+/// the coroutine when the loop ends (the timeout releases its idle deadline timer there, so that
+/// run() returns).
+template <class AfterLoop>
+void run_async_calls(benchmark::State& state, const kevlar::Shield& shield, const char* label,
+                     AfterLoop after_loop) {
+  boost::asio::io_context ioc(1);
+  AllocReport allocs;
+  boost::asio::co_spawn(
+      ioc,
+      [&]() -> boost::asio::awaitable<void> {
+        auto ex = co_await boost::asio::this_coro::executor;
+        int x = 0;
+        for (auto _ : state) {
+          x = co_await shield.execute_async(
+              [&](auto token) { return async_work(ex, x, std::move(token)); });
+          benchmark::DoNotOptimize(x);
+        }
+        after_loop(ioc);
       },
-      token, x);
+      [](std::exception_ptr ep) {
+        if (ep) std::rethrow_exception(ep);
+      });
+  ioc.run();
+  allocs.report(state);
+  state.SetLabel(label);
+}
+
+inline void run_async_calls(benchmark::State& state, const kevlar::Shield& shield,
+                            const char* label) {
+  run_async_calls(state, shield, label, [](boost::asio::io_context&) {});
 }
 
 /// glibc elides the lock prefix of pthread mutexes while a process has one thread; a real server

@@ -6,15 +6,6 @@
 
 #include <kevlar/kevlar.hpp>
 
-#include <boost/asio/append.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/this_coro.hpp>
-
 #include <memory>
 
 namespace {
@@ -22,21 +13,7 @@ namespace {
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
-[[gnu::noinline]] int work(int x) {
-  benchmark::DoNotOptimize(x);
-  return x + 1;
-}
-
-/// Completes with (error_code, int) through a post (the same operation as BM_Overhead's).
-template <class Token>
-auto async_work(const asio::any_io_executor& ex, int x, Token&& token) {
-  return asio::async_initiate<Token, void(boost::system::error_code, int)>(
-      [ex](auto handler, int v) {
-        auto hex = asio::get_associated_executor(handler, ex);
-        asio::post(hex, asio::append(std::move(handler), boost::system::error_code(), v + 1));
-      },
-      token, x);
-}
+using kevlar::bench::work;
 
 /// The scenario: ratio 0.1, minimum throughput 100, window 30 s, break 5 s.
 kevlar::CircuitBreakerOptions ratio_options() {
@@ -49,27 +26,12 @@ kevlar::CircuitBreakerOptions ratio_options() {
 }
 
 void BM_CircuitBreaker_ratio_closed_success(benchmark::State& state) {
-  const kevlar::Shield shield = kevlar::Shield{}.circuit_breaker(ratio_options());
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    x = shield.execute([x] { return work(x); });
-    benchmark::DoNotOptimize(x);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop");
+  kevlar::bench::run_sync_calls(state, kevlar::Shield{}.circuit_breaker(ratio_options()),
+                                "no event loop");
 }
 
 void BM_CircuitBreaker_consecutive_closed_success(benchmark::State& state) {
-  const kevlar::Shield shield = kevlar::Shield{}.circuit_breaker(5, 30s);
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    x = shield.execute([x] { return work(x); });
-    benchmark::DoNotOptimize(x);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop");
+  kevlar::bench::run_sync_calls(state, kevlar::Shield{}.circuit_breaker(5, 30s), "no event loop");
 }
 
 void BM_CircuitBreaker_open_rejection(benchmark::State& state) {
@@ -110,26 +72,8 @@ void BM_CircuitBreaker_isolated_rejection(benchmark::State& state) {
 }
 
 void BM_CircuitBreaker_ratio_closed_success_async(benchmark::State& state) {
-  const kevlar::Shield shield = kevlar::Shield{}.circuit_breaker(ratio_options());
-  asio::io_context ioc(1);
-  kevlar::bench::AllocReport allocs;
-  asio::co_spawn(
-      ioc,
-      [&]() -> asio::awaitable<void> {
-        auto ex = co_await asio::this_coro::executor;
-        int x = 0;
-        for (auto _ : state) {
-          x = co_await shield.execute_async(
-              [&](auto token) { return async_work(ex, x, std::move(token)); });
-          benchmark::DoNotOptimize(x);
-        }
-      },
-      [](std::exception_ptr ep) {
-        if (ep) std::rethrow_exception(ep);
-      });
-  ioc.run();
-  allocs.report(state);
-  state.SetLabel("idle loop");
+  kevlar::bench::run_async_calls(state, kevlar::Shield{}.circuit_breaker(ratio_options()),
+                                 "idle loop");
 }
 
 }  // namespace

@@ -217,33 +217,12 @@ const kevlar::Shield& limit_shield() {
 }
 
 void BM_ConcurrencyLimit_uncontended_sync(benchmark::State& state) {
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    x = limit_shield().execute([x] { return work(x); });
-    benchmark::DoNotOptimize(x);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop; compare BM_Overhead/raw_sync");
+  kevlar::bench::run_sync_calls(state, limit_shield(),
+                                "no event loop; compare BM_Overhead/raw_sync");
 }
 
 void BM_ConcurrencyLimit_uncontended_async(benchmark::State& state) {
-  asio::io_context ioc(1);
-  kevlar::bench::AllocReport allocs;
-  asio::co_spawn(
-      ioc,
-      [&]() -> asio::awaitable<void> {
-        int x = 0;
-        for (auto _ : state) {
-          x += co_await limit_shield().execute_async(
-              [](auto t) { return async_answer(std::move(t)); });
-          benchmark::DoNotOptimize(x);
-        }
-      },
-      asio::detached);
-  ioc.run();
-  allocs.report(state);
-  state.SetLabel("idle loop; compare BM_Overhead/raw_async");
+  kevlar::bench::run_async_calls(state, limit_shield(), "idle loop; compare BM_Overhead/raw_async");
 }
 
 std::shared_ptr<kevlar::Shield> contended_shield;

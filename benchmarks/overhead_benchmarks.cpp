@@ -48,22 +48,11 @@ void BM_Overhead_raw_sync(benchmark::State& state) {
   state.SetLabel("no event loop");
 }
 
-void run_sync(benchmark::State& state, const kevlar::Shield& shield) {
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    x = shield.execute([x] { return work(x); });
-    benchmark::DoNotOptimize(x);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop");
-}
-
 void BM_Overhead_shield_sync(benchmark::State& state) {
-  run_sync(state, empty_shield());
+  kevlar::bench::run_sync_calls(state, empty_shield(), "no event loop");
 }
 void BM_Overhead_one_layer_sync(benchmark::State& state) {
-  run_sync(state, one_layer_shield());
+  kevlar::bench::run_sync_calls(state, one_layer_shield(), "no event loop");
 }
 
 /// Runs `body` (a coroutine holding the benchmark loop) on an idle io_context.
@@ -90,23 +79,11 @@ void BM_Overhead_raw_async(benchmark::State& state) {
   });
 }
 
-void run_async(benchmark::State& state, const kevlar::Shield& shield) {
-  run_in_coroutine(state, [&]() -> asio::awaitable<void> {
-    auto ex = co_await asio::this_coro::executor;
-    int x = 0;
-    for (auto _ : state) {
-      x = co_await shield.execute_async(
-          [&](auto token) { return async_work(ex, x, std::move(token)); });
-      benchmark::DoNotOptimize(x);
-    }
-  });
-}
-
 void BM_Overhead_shield_async(benchmark::State& state) {
-  run_async(state, empty_shield());
+  kevlar::bench::run_async_calls(state, empty_shield(), "idle loop");
 }
 void BM_Overhead_one_layer_async(benchmark::State& state) {
-  run_async(state, one_layer_shield());
+  kevlar::bench::run_async_calls(state, one_layer_shield(), "idle loop");
 }
 
 }  // namespace

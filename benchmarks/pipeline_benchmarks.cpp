@@ -34,35 +34,13 @@ const kevlar::Shield& pipeline() {
 }
 
 void BM_Pipeline_timeout_retry_breaker(benchmark::State& state) {
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    x = pipeline().execute([x] { return work(x); });
-    benchmark::DoNotOptimize(x);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop; compare BM_Overhead/raw_sync");
+  kevlar::bench::run_sync_calls(state, pipeline(), "no event loop; compare BM_Overhead/raw_sync");
 }
 
 void BM_Pipeline_timeout_retry_breaker_async(benchmark::State& state) {
-  asio::io_context ioc(1);
-  kevlar::bench::AllocReport allocs;
-  asio::co_spawn(
-      ioc,
-      [&]() -> asio::awaitable<void> {
-        int x = 0;
-        for (auto _ : state) {
-          x = co_await pipeline().execute_async([&](auto t) {
-            return kevlar::bench::async_work(ioc.get_executor(), x, std::move(t));
-          });
-          benchmark::DoNotOptimize(x);
-        }
-        kevlar::TimeoutStrategy::release_idle_timers(ioc);
-      },
-      asio::detached);
-  ioc.run();
-  allocs.report(state);
-  state.SetLabel("idle loop; compare BM_Overhead/raw_async");
+  kevlar::bench::run_async_calls(
+      state, pipeline(), "idle loop (deadline timer armed once); compare BM_Overhead/raw_async",
+      [](asio::io_context& ioc) { kevlar::TimeoutStrategy::release_idle_timers(ioc); });
 }
 
 }  // namespace

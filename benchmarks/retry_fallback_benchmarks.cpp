@@ -28,21 +28,8 @@ struct Transient : std::runtime_error {
   Transient() : std::runtime_error("transient") {}
 };
 
-[[gnu::noinline]] int work(int x) {
-  benchmark::DoNotOptimize(x);
-  return x + 1;
-}
-
-/// Completes with (ec, x + 1) through a post: a real asynchronous operation on an idle loop.
-template <class Token>
-auto async_work(const asio::any_io_executor& ex, error_code ec, int x, Token&& token) {
-  return asio::async_initiate<Token, void(error_code, int)>(
-      [ex](auto handler, error_code e, int v) {
-        auto hex = asio::get_associated_executor(handler, ex);
-        asio::post(hex, asio::append(std::move(handler), e, v + 1));
-      },
-      token, ec, x);
-}
+using kevlar::bench::async_work;
+using kevlar::bench::work;
 
 const kevlar::Shield& retry_default() {
   static const kevlar::Shield s = kevlar::Shield{}.retry(3);  // Kevlar's default backoff

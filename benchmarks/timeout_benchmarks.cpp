@@ -28,39 +28,16 @@ const kevlar::Shield& timeout_shield() {
 }
 
 void BM_Timeout_completes_instantly(benchmark::State& state) {
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    x = timeout_shield().execute([x] { return work(x); });
-    benchmark::DoNotOptimize(x);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop; compare BM_Overhead/raw_sync");
+  kevlar::bench::run_sync_calls(state, timeout_shield(),
+                                "no event loop; compare BM_Overhead/raw_sync");
 }
 
 void BM_Timeout_completes_instantly_async(benchmark::State& state) {
-  asio::io_context ioc(1);
-  kevlar::bench::AllocReport allocs;
-  asio::co_spawn(
-      ioc,
-      [&]() -> asio::awaitable<void> {
-        auto ex = co_await asio::this_coro::executor;
-        int x = 0;
-        for (auto _ : state) {
-          x = co_await timeout_shield().execute_async(
-              [&](auto token) { return async_work(ex, x, std::move(token)); });
-          benchmark::DoNotOptimize(x);
-        }
-      },
-      [&](std::exception_ptr ep) {
-        // The deadline timer stays armed (never cancelled per call): release it so run() returns.
-        kevlar::TimeoutStrategy::release_idle_timers(ioc);
-        if (ep) std::rethrow_exception(ep);
-      });
-  ioc.run();
-  allocs.report(state);
-  state.SetLabel(
-      "live I/O (its deadline timer stays pending); compare BM_Timeout/raw_async_live_io_control");
+  // The deadline timer stays armed (never cancelled per call): release it so run() returns.
+  kevlar::bench::run_async_calls(
+      state, timeout_shield(),
+      "live I/O (its deadline timer stays pending); compare BM_Timeout/raw_async_live_io_control",
+      [](asio::io_context& ioc) { kevlar::TimeoutStrategy::release_idle_timers(ioc); });
 }
 
 /// The raw call on a loop made live the way the timeout makes it live: one timer pending for the
