@@ -86,6 +86,22 @@ void atomic_cas_control(benchmark::State& state) {
   state.SetLabel("no Asio");
 }
 
+/// Warms the caches with 64 steps, then runs one handler of `ioc` per iteration, allocations
+/// counted by `Report`; a context that runs out of work (a completion never arrived) is reported
+/// as an error instead of timing empty run_one() calls.
+template <class Report>
+void run_one_per_iteration(benchmark::State& state, asio::io_context& ioc) {
+  for (int i = 0; i < 64; ++i) ioc.run_one();
+  Report allocs;
+  for (auto _ : state) {
+    if (ioc.run_one() == 0) {
+      state.SkipWithError("the io_context ran out of work: a completion never arrived");
+      break;
+    }
+  }
+  allocs.report(state);
+}
+
 // ready_acquire_release (B1): try_acquire + release with nobody waiting; no Asio involved.
 template <class Impl>
 void ready_acquire_release(benchmark::State& state) {
@@ -192,15 +208,7 @@ void run_chain(benchmark::State& state, std::uint32_t initial, Step step, Start 
   auto sem = Impl::make(ioc.get_executor(), initial);
   Chain<typename Impl::type, Step> chain(sem.get(), &ioc, step);
   start(chain);
-  for (int i = 0; i < 64; ++i) ioc.run_one();  // warm the caches
-  AllocReport allocs;
-  for (auto _ : state) {
-    if (ioc.run_one() == 0) {
-      state.SkipWithError("the io_context ran out of work: a completion never arrived");
-      break;
-    }
-  }
-  allocs.report(state);
+  run_one_per_iteration<AllocReport>(state, ioc);
   state.SetLabel(idle_loop);
   // Tear down: stop re-arming, let the last completion run.
   chain.step.on = false;
@@ -251,15 +259,8 @@ void forced_handoff(benchmark::State& state) {
   };
   asio::co_spawn(ioc.get_executor(), player(), asio::detached);
   asio::co_spawn(ioc.get_executor(), player(), asio::detached);
-  for (int i = 0; i < 64; ++i) ioc.run_one();  // warm-up: both players parked in turn
-  AllocReport allocs;
-  for (auto _ : state) {
-    if (ioc.run_one() == 0) {
-      state.SkipWithError("the io_context ran out of work: a completion never arrived");
-      break;
-    }
-  }
-  allocs.report(state);
+  // After the warm-up both players park in turn.
+  run_one_per_iteration<AllocReport>(state, ioc);
   stop = true;
   (void)sem->release();
   ioc.run_for(std::chrono::seconds(1));  // hang guard only: the players finish at once
@@ -281,15 +282,7 @@ void asio_hop_control(benchmark::State& state) {
   };
   bool on = true;
   asio::post(ioc, Hop{&ioc, &on});
-  for (int i = 0; i < 64; ++i) ioc.run_one();
-  AllocReport allocs;
-  for (auto _ : state) {
-    if (ioc.run_one() == 0) {
-      state.SkipWithError("the io_context ran out of work: a completion never arrived");
-      break;
-    }
-  }
-  allocs.report(state);
+  run_one_per_iteration<AllocReport>(state, ioc);
   on = false;
   ioc.run_for(std::chrono::seconds(1));
   state.SetLabel(idle_loop);
@@ -306,15 +299,7 @@ void asio_coroutine_hop_control(benchmark::State& state) {
         while (!stop) co_await asio::post(ioc.get_executor(), asio::deferred);
       },
       asio::detached);
-  for (int i = 0; i < 64; ++i) ioc.run_one();
-  AllocReport allocs;
-  for (auto _ : state) {
-    if (ioc.run_one() == 0) {
-      state.SkipWithError("the io_context ran out of work: a completion never arrived");
-      break;
-    }
-  }
-  allocs.report(state);
+  run_one_per_iteration<AllocReport>(state, ioc);
   stop = true;
   ioc.run_for(std::chrono::seconds(1));
   state.SetLabel(idle_loop);
@@ -386,15 +371,7 @@ void contended(benchmark::State& state) {
   theirs.arm();
   std::thread other([&] { other_ioc.run(); });
   mine.arm();
-  for (int i = 0; i < 64; ++i) main_ioc.run_one();
-  ProcessAllocReport allocs;
-  for (auto _ : state) {
-    if (main_ioc.run_one() == 0) {
-      state.SkipWithError("the io_context ran out of work: a completion never arrived");
-      break;
-    }
-  }
-  allocs.report(state);
+  run_one_per_iteration<ProcessAllocReport>(state, main_ioc);
   // Teardown: stop re-arming and drain this side, then stop (rather than drain) the other
   // side's context: with the channel control its last send was seen to stay parked there, and a
   // benchmark must not hang on a control's teardown.
