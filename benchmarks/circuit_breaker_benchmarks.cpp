@@ -34,6 +34,18 @@ void BM_CircuitBreaker_consecutive_closed_success(benchmark::State& state) {
   kevlar::bench::run_sync_calls(state, kevlar::Shield{}.circuit_breaker(5, 30s), "no event loop");
 }
 
+/// Times calls the breaker turns away (execute_outcome: no exception is thrown).
+void run_rejections(benchmark::State& state, const kevlar::Shield& shield) {
+  int x = 0;
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) {
+    auto o = shield.execute_outcome([x] { return work(x); });
+    benchmark::DoNotOptimize(o);
+  }
+  allocs.report(state);
+  state.SetLabel("no event loop");
+}
+
 void BM_CircuitBreaker_open_rejection(benchmark::State& state) {
   kevlar::CircuitBreakerOptions o = ratio_options();
   o.break_duration = kevlar::CircuitBreakerOptions::max_duration;
@@ -47,28 +59,14 @@ void BM_CircuitBreaker_open_rejection(benchmark::State& state) {
     state.SkipWithError("the breaker did not open");
     return;
   }
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    auto o = shield.execute_outcome([x] { return work(x); });
-    benchmark::DoNotOptimize(o);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop");
+  run_rejections(state, shield);
 }
 
 void BM_CircuitBreaker_isolated_rejection(benchmark::State& state) {
   const auto breaker = kevlar::CircuitBreaker::create(ratio_options());
   breaker->isolate();
   const kevlar::Shield shield = kevlar::Shield{}.use(breaker);
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    auto o = shield.execute_outcome([x] { return work(x); });
-    benchmark::DoNotOptimize(o);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop");
+  run_rejections(state, shield);
 }
 
 void BM_CircuitBreaker_ratio_closed_success_async(benchmark::State& state) {
