@@ -57,6 +57,18 @@ void fail_with_boom(const Shield& shield) {
   EXPECT_THROW(shield.execute([]() -> int { throw Boom(); }), Boom);
 }
 
+/// A consecutive(1) breaker with a 5 s break on a manual clock, opened by one failure and with
+/// its break just over: the next call is the probe.
+struct CircuitBreakerProbe : ::testing::Test {
+  std::shared_ptr<ManualClock> clock = ManualClock::create();
+  std::shared_ptr<CircuitBreaker> b = breaker(1, 5s);
+  Shield shield = Shield{}.use(b).with_clock(clock);
+  CircuitBreakerProbe() {
+    fail_with_boom(shield);
+    clock->advance(5s);
+  }
+};
+
 /// The kevlar::Error a call through `shield` throws (fails the test if it throws anything else).
 std::optional<Error> rejection(const Shield& shield, int* calls = nullptr) {
   try {
@@ -251,12 +263,7 @@ TEST(CircuitBreakerStrategy, AClauseThatHandlesCancellationCountsIt) {
   EXPECT_EQ(b->state(), S::open) << "handled outcomes are failures, cancelled or not";
 }
 
-TEST(CircuitBreakerStrategy, CancelledProbeFreesTheSlotSync) {
-  const auto clock = ManualClock::create();
-  const auto b = breaker(1, 5s);
-  const Shield shield = Shield{}.use(b).with_clock(clock);
-  fail_with_boom(shield);
-  clock->advance(5s);
+TEST_F(CircuitBreakerProbe, CancelledProbeFreesTheSlotSync) {
   std::stop_source stop;
   EXPECT_THROW(shield.execute(
                    [&](Context& ctx) -> int {
@@ -399,12 +406,7 @@ TEST(CircuitBreakerStrategy, AsyncRejectionCarriesTheErrorCode) {
   EXPECT_EQ(ops.started(), 1u);
 }
 
-TEST(CircuitBreakerStrategy, AsyncSixteenCallsAfterTheBreakAdmitExactlyOneProbe) {
-  const auto clock = ManualClock::create();
-  const auto b = breaker(1, 5s);
-  const Shield shield = Shield{}.use(b).with_clock(clock);
-  fail_with_boom(shield);
-  clock->advance(5s);
+TEST_F(CircuitBreakerProbe, AsyncSixteenCallsAfterTheBreakAdmitExactlyOneProbe) {
   asio::io_context ioc;
   test::PendingOps ops;
   int rejected = 0;
@@ -427,12 +429,7 @@ TEST(CircuitBreakerStrategy, AsyncSixteenCallsAfterTheBreakAdmitExactlyOneProbe)
   EXPECT_EQ(b->state(), S::closed);
 }
 
-TEST(CircuitBreakerStrategy, AsyncCancelledProbeFreesTheSlot) {
-  const auto clock = ManualClock::create();
-  const auto b = breaker(1, 5s);
-  const Shield shield = Shield{}.use(b).with_clock(clock);
-  fail_with_boom(shield);
-  clock->advance(5s);
+TEST_F(CircuitBreakerProbe, AsyncCancelledProbeFreesTheSlot) {
   asio::io_context ioc;
   test::PendingOps ops;
   asio::cancellation_signal cancel;
@@ -454,12 +451,7 @@ TEST(CircuitBreakerStrategy, AsyncCancelledProbeFreesTheSlot) {
   EXPECT_EQ(b->state(), S::closed);
 }
 
-TEST(CircuitBreakerStrategy, AsyncAbandonedProbeReleasesTheSlot) {
-  const auto clock = ManualClock::create();
-  const auto b = breaker(1, 5s);
-  const Shield shield = Shield{}.use(b).with_clock(clock);
-  fail_with_boom(shield);
-  clock->advance(5s);
+TEST_F(CircuitBreakerProbe, AsyncAbandonedProbeReleasesTheSlot) {
   {
     asio::io_context ioc;
     test::PendingOps ops;
