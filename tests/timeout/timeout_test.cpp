@@ -44,6 +44,19 @@ struct Hang {
 struct Fixture : ::testing::Test {
   std::shared_ptr<ManualClock> clock = ManualClock::create();  // outlives the io_context
   asio::io_context ioc;
+  asio::steady_timer hang_timer{ioc};
+  std::optional<error_code> hang_result;
+
+  /// Starts a call through `shield` that never completes by itself, advances the manual clock by
+  /// `d` and runs the loop until the call completes (a few polls at most); returns how it did.
+  std::optional<error_code> hang_then_advance(const Shield& shield, Clock::duration d) {
+    shield.execute_async(Hang{&hang_timer},
+                         asio::bind_executor(ioc, [this](error_code ec) { hang_result = ec; }));
+    ioc.poll();
+    clock->advance(d);
+    for (int n = 0; n < 4 && !hang_result; ++n) ioc.poll();
+    return hang_result;
+  }
 };
 
 using Timeout = Fixture;
@@ -174,12 +187,7 @@ TEST_F(Timeout, EqualNestedTimeoutsReportTheOutermost) {
   TimeoutOptions i = o;
   i.on_timeout = [&](const TimeoutEvent&) { ++inner; };
   const Shield shield = Shield{}.timeout(o).timeout(i).with_clock(clock);
-  asio::steady_timer timer(ioc);
-  std::optional<error_code> got;
-  shield.execute_async(Hang{&timer}, asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
-  ioc.poll();
-  clock->advance(1s);
-  for (int n = 0; n < 4 && !got; ++n) ioc.poll();
+  const std::optional<error_code> got = hang_then_advance(shield, 1s);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(*got, errc::timeout);
   EXPECT_EQ(outer, 1);
@@ -195,12 +203,7 @@ TEST_F(Timeout, AShorterInnerTimeoutReportsAndTheOuterPassesItThrough) {
   i.timeout = 1s;
   i.on_timeout = [&](const TimeoutEvent&) { ++inner; };
   const Shield shield = Shield{}.timeout(o).timeout(i).with_clock(clock);
-  asio::steady_timer timer(ioc);
-  std::optional<error_code> got;
-  shield.execute_async(Hang{&timer}, asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
-  ioc.poll();
-  clock->advance(1s);
-  for (int n = 0; n < 4 && !got; ++n) ioc.poll();
+  const std::optional<error_code> got = hang_then_advance(shield, 1s);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(*got, errc::timeout);
   EXPECT_EQ(inner, 1);
