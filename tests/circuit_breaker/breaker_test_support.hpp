@@ -15,10 +15,16 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
 namespace kevlar::test {
+
+/// The failure the breaker tests throw.
+struct Boom : std::runtime_error {
+  Boom() : std::runtime_error("boom") {}
+};
 
 /// Drives a CircuitBreakerCore through whole calls at a time the test moves by hand.
 struct Driver {

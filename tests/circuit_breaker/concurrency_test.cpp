@@ -22,9 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 using S = CircuitState;
 
-struct Boom : std::runtime_error {
-  Boom() : std::runtime_error("boom") {}
-};
+using test::Boom;
 
 TEST(CircuitBreakerConcurrency, FailureStormOpensExactlyOnce) {
   for (int round = 0; round < 20; ++round) {

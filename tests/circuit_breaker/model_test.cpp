@@ -1,6 +1,8 @@
 // Model tests: random sequences (fixed seeds) of calls, cancellations, clock moves and manual
 // control run through a Shield and, side by side, through a small reference state machine. Every
 // step must agree on whether the call ran, what it returned and the breaker's state.
+#include "breaker_test_support.hpp"
+
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
@@ -21,9 +23,7 @@ namespace {
 using namespace std::chrono_literals;
 using S = CircuitState;
 
-struct Boom : std::runtime_error {
-  Boom() : std::runtime_error("boom") {}
-};
+using test::Boom;
 
 enum class Op { succeed, fail, cancel, advance, isolate, reset };
 

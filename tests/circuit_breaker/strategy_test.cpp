@@ -28,9 +28,7 @@ using namespace std::chrono_literals;
 using boost::system::error_code;
 using S = CircuitState;
 
-struct Boom : std::runtime_error {
-  Boom() : std::runtime_error("boom") {}
-};
+using test::Boom;
 struct Other : std::runtime_error {
   Other() : std::runtime_error("other") {}
 };
