@@ -607,10 +607,18 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   // directly instead, with the wrapper in the reserve.
   static constexpr bool erased = std::is_same_v<AssocEx, boost::asio::any_io_executor>;
   using IoEx = boost::asio::io_context::executor_type;
-  using DeliveryEx = DeliveryExOf<AssocEx>;
-  using WorkEx = WorkExOf<AssocEx>;
-  using IoDeliveryEx = std::conditional_t<erased, DeliveryExOf<IoEx>, DeliveryEx>;
-  using IoWorkEx = std::conditional_t<erased, WorkExOf<IoEx>, WorkEx>;
+
+  /// Where deliveries of this op go: the delivery executor made from `Ex` and, while the op is
+  /// linked, the work it counts there.
+  template <class Ex>
+  struct Target {
+    std::optional<DeliveryExOf<Ex>> ex;
+    std::optional<WorkExOf<Ex>> work;
+    void track() {
+      work.emplace(boost::asio::prefer(*ex, boost::asio::execution::outstanding_work.tracked));
+    }
+  };
+  struct NoTarget {};
 
   using HandlerAlloc = boost::asio::associated_allocator_t<Handler>;
   using BaseAlloc = std::conditional_t<std::is_same_v<HandlerAlloc, std::allocator<void>>,
@@ -650,22 +658,25 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   /// Counts outstanding work on the waiter's executor, so that its io_context::run() does not
   /// return while the operation waits. May throw (copying a type-erased executor may allocate).
   void track_work() {
-    namespace exec = boost::asio::execution;
-    if (io_ex_) {
-      io_work_.emplace(boost::asio::prefer(*io_ex_, exec::outstanding_work.tracked));
-    } else {
-      work_.emplace(boost::asio::prefer(*ex_, exec::outstanding_work.tracked));
+    if constexpr (erased) {
+      if (io_.ex) {
+        io_.track();
+        return;
+      }
     }
+    assoc_.track();
   }
 
   /// Hands the result to the executor; the op belongs to the queued delivery from here on.
   void schedule(boost::system::error_code ec) noexcept {
     ec_ = ec;
-    if (io_ex_) {
-      io_ex_->execute(Delivery{this});
-    } else {
-      ex_->execute(Delivery{this});
+    if constexpr (erased) {
+      if (io_.ex) {
+        io_.ex->execute(Delivery{this});
+        return;
+      }
     }
+    assoc_.ex->execute(Delivery{this});
   }
 
   /// Frees an op that was never scheduled (initiation failed after allocation).
@@ -688,11 +699,11 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
       : detail::WaitNode(&AcquireOp::on_complete), sem_(sem), handler_(std::move(handler)) {
     if constexpr (erased) {
       if (const IoEx* io = ex.template target<IoEx>()) {
-        io_ex_.emplace(make_delivery_executor(*io, &reserve_));
+        io_.ex.emplace(make_delivery_executor(*io, &reserve_));
         return;
       }
     }
-    ex_.emplace(make_delivery_executor(ex, &reserve_));
+    assoc_.ex.emplace(make_delivery_executor(ex, &reserve_));
   }
 
   static void on_complete(detail::WaitNode* node, boost::system::error_code ec) noexcept {
@@ -760,10 +771,9 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   BasicUnpairedSemaphore* sem_;
   Handler handler_;
   detail::DeliveryReserve reserve_;
-  std::optional<DeliveryEx> ex_;       ///< the delivery executor, or
-  std::optional<IoDeliveryEx> io_ex_;  ///< the io_context executor an any_io_executor wraps
-  std::optional<WorkEx> work_;         ///< work counted while linked, on ex_ ...
-  std::optional<IoWorkEx> io_work_;    ///< ... or on io_ex_
+  Target<AssocEx> assoc_;  ///< deliveries through the associated executor, unless ...
+  /// ... it is an any_io_executor wrapping an io_context executor: then through that one.
+  [[no_unique_address]] std::conditional_t<erased, Target<IoEx>, NoTarget> io_;
   Slot slot_{};
   boost::system::error_code ec_;
 };
