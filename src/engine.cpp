@@ -83,13 +83,55 @@ void CallBase::finish_layer(std::size_t index) noexcept {
 }
 
 void CallBase::run(Step step) {
-  // Only handlers of asynchronous steps look at tl_running_call; a synchronous execution has none.
-  if (synchronous()) {
-    run_steps(step);
-    return;
-  }
   RunningScope scope(this);
   run_steps(step);
+}
+
+void CallBase::run_sync() {
+  // The synchronous trampoline: the same steps as run_steps, without the branches of pending
+  // asynchronous steps (an operation's or a timer's handler owning the execution), and without
+  // the thread-local marker, which only handlers of asynchronous steps read.
+  const std::size_t n = pipeline_->size;
+  Step step = Step::run_inner;
+  for (;;) {
+    switch (step) {
+      case Step::run_inner: {
+        const std::size_t next = depth_ + 1;  // no_layer + 1 wraps to 0
+        if (next < n) {
+          depth_ = next;
+          step = dispatch_start(next);
+          continue;
+        }
+        ++context_->attempt_;
+        invoke_operation();
+        if (n == 0) return;  // the caller takes the outcome from here
+        depth_ = n - 1;
+        step = dispatch_inner_complete(depth_);
+        continue;
+      }
+      case Step::complete:
+        finish_layer(depth_);
+        if (depth_ == 0) return;  // the caller takes the outcome from here
+        --depth_;
+        step = dispatch_inner_complete(depth_);
+        continue;
+      case Step::wait: {
+        // A deadline set for the running attempt (a synchronous timeout) cuts the wait short.
+        const Clock::time_point until = std::min(wait_deadline_, context_->deadline_);
+        const bool reached = context_->clock().sleep_until(until, context_->stop_token());
+        const bool aborted = !reached || until < wait_deadline_;
+        step = dispatch_wait_complete(
+            depth_, aborted ? boost::system::error_code(boost::asio::error::operation_aborted)
+                            : boost::system::error_code());
+        continue;
+      }
+      case Step::suspend:
+        step = fail_layer(depth_, std::make_exception_ptr(std::logic_error(
+                                      "kevlar: a strategy returned Step::suspend from a "
+                                      "synchronous execution")));
+        continue;
+    }
+  }
 }
 
 void CallBase::run_steps(Step step) {
@@ -105,47 +147,22 @@ void CallBase::run_steps(Step step) {
         }
         depth_ = n;
         ++context_->attempt_;
-        if (!synchronous()) {
-          invoke_operation();  // the operation's handler now owns the execution
-          return;
-        }
-        invoke_operation();
-        if (n == 0) return;  // the synchronous caller takes the outcome from here
-        depth_ = n - 1;
-        step = dispatch_inner_complete(depth_);
-        continue;
+        invoke_operation();  // the operation's handler now owns the execution
+        return;
       }
       case Step::complete:
         finish_layer(depth_);
         if (depth_ == 0) {
-          if (!synchronous()) deliver();  // an asynchronous execution is destroyed here
+          deliver();  // the execution is destroyed here
           return;
         }
         --depth_;
         step = dispatch_inner_complete(depth_);
         continue;
       case Step::wait:
-        if (!synchronous()) {
-          start_wait();  // the timer's handler now owns the execution
-          return;
-        }
-        {
-          // A deadline set for the running attempt (a synchronous timeout) cuts the wait short.
-          const Clock::time_point until = std::min(wait_deadline_, context_->deadline_);
-          const bool reached = context_->clock().sleep_until(until, context_->stop_token());
-          const bool aborted = !reached || until < wait_deadline_;
-          step = dispatch_wait_complete(
-              depth_, aborted ? boost::system::error_code(boost::asio::error::operation_aborted)
-                              : boost::system::error_code());
-        }
-        continue;
+        start_wait();  // the timer's handler now owns the execution
+        return;
       case Step::suspend:
-        if (synchronous()) {
-          step = fail_layer(depth_, std::make_exception_ptr(std::logic_error(
-                                        "kevlar: a strategy returned Step::suspend from a "
-                                        "synchronous execution")));
-          continue;
-        }
         return;  // the strategy's wait handler now owns the execution
     }
   }

@@ -212,7 +212,7 @@ class Shield {
     Context ctx(*v.clock, true, std::move(stop));
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
-    call.run(Step::run_inner);
+    call.run_sync();
     return call.take_outcome();
   }
 
@@ -291,11 +291,11 @@ class Shield {
   template <class Fn, class R = std::remove_cvref_t<typename detail::SyncResult<Fn>::type>>
   [[gnu::noinline]] R execute_pipeline(Fn& fn, std::stop_token stop) const {
     if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
-    const detail::PipelineView& v = view();
+    const detail::PipelineView& v = p_->view;  // execute() routes only non-empty shields here
     Context ctx(*v.clock, true, std::move(stop));
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
-    call.run(Step::run_inner);
+    call.run_sync();
     return call.take_value();  // no Outcome in between: the value moves once
   }
 

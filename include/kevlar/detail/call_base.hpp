@@ -150,9 +150,12 @@ class CallBase : private ClockWaiter {
   CallBase(const CallBase&) = delete;
   CallBase& operator=(const CallBase&) = delete;
 
-  /// Performs `step` for the current layer and keeps going until the execution completes or a
-  /// step is pending.
+  /// Asynchronous executions: performs `step` for the current layer and keeps going until the
+  /// execution completes or a step is pending.
   void run(Step step);
+  /// Synchronous executions: runs the whole execution on the calling thread; the outcome is in
+  /// outcome() when it returns.
+  void run_sync();
   /// The user's operation completed; its result is in outcome_.
   void operation_completed();
   /// A wait started by a strategy (Step::wait or Layer::wait_handler) completed.
