@@ -68,8 +68,30 @@ void BM_Timeout_raw_async_live_io_control(benchmark::State& state) {
   state.SetLabel("live I/O (one timer pending); the baseline of completes_instantly_async");
 }
 
+/// One read of the shield's clock, as the timeout makes per call to compute its deadline: the
+/// floor under the synchronous timeout's overhead on this machine.
+void BM_Timeout_clock_now_control(benchmark::State& state) {
+  const kevlar::Clock& clock = timeout_shield().clock();
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) benchmark::DoNotOptimize(clock.now());
+  allocs.report(state);
+  state.SetLabel("no event loop; one Clock::now(), the timeout's deadline read");
+}
+
+/// The coarse clock read the timeout used before: cheaper, but it lags by a scheduler tick or
+/// more, so deadlines computed from it expired early.
+void BM_Timeout_clock_coarse_now_control(benchmark::State& state) {
+  const kevlar::Clock& clock = timeout_shield().clock();
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) benchmark::DoNotOptimize(clock.coarse_now());
+  allocs.report(state);
+  state.SetLabel("no event loop; one Clock::coarse_now()");
+}
+
 }  // namespace
 
+BENCHMARK(BM_Timeout_clock_now_control)->Name("BM_Timeout/clock_now_control");
+BENCHMARK(BM_Timeout_clock_coarse_now_control)->Name("BM_Timeout/clock_coarse_now_control");
 BENCHMARK(BM_Timeout_completes_instantly)->Name("BM_Timeout/completes_instantly");
 BENCHMARK(BM_Timeout_raw_async_live_io_control)->Name("BM_Timeout/raw_async_live_io_control");
 BENCHMARK(BM_Timeout_completes_instantly_async)->Name("BM_Timeout/completes_instantly_async");

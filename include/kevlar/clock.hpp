@@ -36,11 +36,11 @@ class Clock {
   [[nodiscard]] virtual time_point now() const noexcept = 0;
 
   /// The current time at a resolution of a few milliseconds, for hot paths that bucket time
-  /// coarsely (a circuit breaker's sampling window) or compute deadlines. Monotonic, never later
-  /// than now() and never earlier than now() - coarse_resolution(). Defaults to now().
+  /// coarsely (a circuit breaker's sampling window). Monotonic and never later than now(), but it
+  /// lags now() by an unbounded amount: a scheduler tick, or more when the kernel's tick is late
+  /// (1.6-5.7 ms was measured on a VM with a 4 ms tick). Never compute a deadline from it: a
+  /// deadline would expire that much early. Defaults to now().
   [[nodiscard]] virtual time_point coarse_now() const noexcept { return now(); }
-  /// How far coarse_now() may lag behind now() (zero when it does not).
-  [[nodiscard]] virtual duration coarse_resolution() const noexcept { return duration::zero(); }
 
   /// Blocks the calling thread until `deadline` or until `stop` is requested, whichever is first.
   /// Returns true if the deadline was reached, false if the wait was stopped.

@@ -78,6 +78,10 @@ class TimeoutStrategy final : public Strategy {
   static void release_idle_timers(boost::asio::execution_context& ctx) noexcept;
 
  private:
+  /// The inner part failed: decides whether the failure is this timeout's expiry.
+  Step judge_failure(Layer& layer, Clock::time_point deadline, Clock::time_point previous,
+                     Clock::duration budget);
+
   TimeoutOptions options_;
 };
 
