@@ -88,50 +88,52 @@ void CallBase::run(Step step) {
 }
 
 void CallBase::run_sync() {
-  // The synchronous trampoline: the same steps as run_steps, without the branches of pending
+  // The synchronous trampoline: the steps of run_steps without the branches of pending
   // asynchronous steps (an operation's or a timer's handler owning the execution), and without
-  // the thread-local marker, which only handlers of asynchronous steps read.
-  const std::size_t n = pipeline_->size;
-  Step step = Step::run_inner;
+  // the thread-local marker, which only handlers of asynchronous steps read. Each layer runs in a
+  // frame of its own (the depth is the C++ stack's, at most the pipeline's length).
+  if (pipeline_->size == 0) {
+    ++context_->attempt_;
+    invoke_operation();
+    return;  // the caller takes the outcome from here
+  }
+  run_layer_sync(0);
+}
+
+void CallBase::run_layer_sync(std::size_t index) {
+  // depth_ is left alone: only the asynchronous paths (a pending step, abandonment) read it.
+  Step step = dispatch_start(index);
   for (;;) {
-    switch (step) {
-      case Step::run_inner: {
-        const std::size_t next = depth_ + 1;  // no_layer + 1 wraps to 0
-        if (next < n) {
-          depth_ = next;
-          step = dispatch_start(next);
-          continue;
-        }
+    if (step == Step::run_inner) {
+      if (index + 1 < pipeline_->size) {
+        run_layer_sync(index + 1);
+      } else {
         ++context_->attempt_;
         invoke_operation();
-        if (n == 0) return;  // the caller takes the outcome from here
-        depth_ = n - 1;
-        step = dispatch_inner_complete(depth_);
-        continue;
       }
-      case Step::complete:
-        finish_layer(depth_);
-        if (depth_ == 0) return;  // the caller takes the outcome from here
-        --depth_;
-        step = dispatch_inner_complete(depth_);
-        continue;
-      case Step::wait: {
-        // A deadline set for the running attempt (a synchronous timeout) cuts the wait short.
-        const Clock::time_point until = std::min(wait_deadline_, context_->deadline_);
-        const bool reached = context_->clock().sleep_until(until, context_->stop_token());
-        const bool aborted = !reached || until < wait_deadline_;
-        step = dispatch_wait_complete(
-            depth_, aborted ? boost::system::error_code(boost::asio::error::operation_aborted)
-                            : boost::system::error_code());
-        continue;
-      }
-      case Step::suspend:
-        step = fail_layer(depth_, std::make_exception_ptr(std::logic_error(
-                                      "kevlar: a strategy returned Step::suspend from a "
-                                      "synchronous execution")));
-        continue;
+      step = dispatch_inner_complete(index);
+    } else if (step == Step::complete) {
+      finish_layer(index);
+      return;
+    } else {
+      step = sync_wait(index, step);
     }
   }
+}
+
+Step CallBase::sync_wait(std::size_t index, Step step) {
+  if (step == Step::suspend) {
+    return fail_layer(index, std::make_exception_ptr(std::logic_error(
+                                 "kevlar: a strategy returned Step::suspend from a synchronous "
+                                 "execution")));
+  }
+  // Step::wait. A deadline set for the running attempt (a synchronous timeout) cuts it short.
+  const Clock::time_point until = std::min(wait_deadline_, context_->deadline_);
+  const bool reached = context_->clock().sleep_until(until, context_->stop_token());
+  const bool aborted = !reached || until < wait_deadline_;
+  return dispatch_wait_complete(
+      index, aborted ? boost::system::error_code(boost::asio::error::operation_aborted)
+                     : boost::system::error_code());
 }
 
 void CallBase::run_steps(Step step) {

@@ -174,6 +174,7 @@ class CallBase : private ClockWaiter {
   [[nodiscard]] std::byte* frame(std::size_t index) const noexcept {
     return frames_ + pipeline_->layers[index].frame_offset;
   }
+  /// The layer whose step is pending (asynchronous executions; run_sync keeps it on the stack).
   [[nodiscard]] std::size_t depth() const noexcept { return depth_; }
   [[nodiscard]] std::size_t cancel_origin() const noexcept { return cancel_origin_; }
   [[nodiscard]] bool synchronous() const noexcept { return async_ == nullptr; }
@@ -215,6 +216,8 @@ class CallBase : private ClockWaiter {
   Step fail_layer(std::size_t index, std::exception_ptr ep) noexcept;
   void finish_layer(std::size_t index) noexcept;
   void run_steps(Step step);
+  void run_layer_sync(std::size_t index);
+  [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   void start_wait();
   void emit_step(boost::asio::cancellation_type type) noexcept;
   void step_completed() noexcept;
