@@ -10,7 +10,7 @@
 namespace kevlar {
 
 bool Layer::judge() const noexcept {
-  const Clause* clause = call_->pipeline().layers[index_].clause;
+  const Clause* clause = entry_->clause;
   try {
     return clause->handles(outcome());
   } catch (...) {
@@ -40,7 +40,7 @@ class RunningScope {
 inline Step CallBase::dispatch_start(std::size_t index) {
   Layer layer(*this, index);
   try {
-    return pipeline_->layers[index].strategy->on_start(layer);
+    return layers_[index].strategy->on_start(layer);
   } catch (...) {
     return fail_layer(index, std::current_exception());
   }
@@ -49,7 +49,7 @@ inline Step CallBase::dispatch_start(std::size_t index) {
 inline Step CallBase::dispatch_inner_complete(std::size_t index) {
   Layer layer(*this, index);
   try {
-    return pipeline_->layers[index].strategy->on_inner_complete(layer);
+    return layers_[index].strategy->on_inner_complete(layer);
   } catch (...) {
     return fail_layer(index, std::current_exception());
   }
@@ -59,7 +59,7 @@ inline Step CallBase::dispatch_wait_complete(std::size_t index,
                                              const boost::system::error_code& ec) {
   Layer layer(*this, index);
   try {
-    return pipeline_->layers[index].strategy->on_wait_complete(layer, ec);
+    return layers_[index].strategy->on_wait_complete(layer, ec);
   } catch (...) {
     return fail_layer(index, std::current_exception());
   }
@@ -73,7 +73,7 @@ Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
 
 void CallBase::finish_layer(std::size_t index) noexcept {
   Layer layer(*this, index);
-  pipeline_->layers[index].strategy->on_finish(layer);
+  layers_[index].strategy->on_finish(layer);
   // A cancellation this layer started for its inner part ends with it (a retry outside a timeout
   // starts its next attempt uncancelled).
   if (cancel_origin_ == index + 1) {

@@ -26,7 +26,8 @@ void seal(detail::Pipeline& p) {
   traits.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     traits.push_back(p.strategies[i]->traits());
-    p.layers.push_back(detail::PipelineLayer{p.strategies[i].get(), p.clauses[i].get(), offset});
+    p.layers.push_back(detail::PipelineLayer{p.strategies[i].get(), p.clauses[i].get(), offset,
+                                             p.clauses[i]->judges_results()});
     offset += round_up(traits.back().frame_size);
   }
   for (std::size_t i = 0; i < n; ++i) {

@@ -55,7 +55,8 @@ class Strategy;
 /// Thread-safety: an execution runs one step at a time; use a Layer only from the callback.
 class Layer {
  public:
-  Layer(detail::CallBase& call, std::size_t index) noexcept : call_(&call), index_(index) {}
+  Layer(detail::CallBase& call, std::size_t index) noexcept
+      : call_(&call), entry_(&call.layers()[index]), index_(index) {}
 
   /// The execution's context.
   [[nodiscard]] Context& context() const noexcept { return call_->context(); }
@@ -71,7 +72,7 @@ class Layer {
 
   /// The per-execution scratch storage (StrategyTraits::frame_size bytes). Uninitialised when
   /// on_start is called; a strategy constructs what it needs there and destroys it in on_finish.
-  [[nodiscard]] void* frame() const noexcept { return call_->frame(index_); }
+  [[nodiscard]] void* frame() const noexcept { return call_->frames() + entry_->frame_offset; }
   template <class T>
   [[nodiscard]] T& frame_as() const noexcept {
     return *std::launder(static_cast<T*>(frame()));
@@ -82,8 +83,7 @@ class Layer {
   /// again: it surfaces as the execution's failure).
   [[nodiscard]] bool handled() const noexcept {
     // A success is judged only by result conditions: the common case needs no call.
-    if (call_->outcome().kind == OutcomeKind::value &&
-        !call_->pipeline().layers[index_].clause->judges_results()) {
+    if (call_->outcome().kind == OutcomeKind::value && !entry_->judges_results) {
       return false;
     }
     return judge();
@@ -144,6 +144,7 @@ class Layer {
   [[nodiscard]] bool judge() const noexcept;
 
   detail::CallBase* call_;
+  const detail::PipelineLayer* entry_;  ///< this position's strategy, clause and frame offset
   std::size_t index_;
 };
 

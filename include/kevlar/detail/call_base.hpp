@@ -30,6 +30,7 @@ struct PipelineLayer {
   Strategy* strategy;
   const Clause* clause;
   std::size_t frame_offset;
+  bool judges_results;  ///< clause->judges_results(), read on every success without a hop
 };
 
 /// The immutable description of a pipeline an execution runs.
@@ -146,7 +147,7 @@ inline thread_local const CallBase* tl_initiating_call = nullptr;
 class CallBase : private ClockWaiter {
  public:
   CallBase(const PipelineView& pipeline, std::byte* frames, Context& context) noexcept
-      : pipeline_(&pipeline), frames_(frames), context_(&context) {}
+      : pipeline_(&pipeline), layers_(pipeline.layers), frames_(frames), context_(&context) {}
   CallBase(const CallBase&) = delete;
   CallBase& operator=(const CallBase&) = delete;
 
@@ -171,8 +172,12 @@ class CallBase : private ClockWaiter {
   [[nodiscard]] Context& context() noexcept { return *context_; }
   [[nodiscard]] OutcomeState& outcome() noexcept { return outcome_; }
   [[nodiscard]] const PipelineView& pipeline() const noexcept { return *pipeline_; }
+  /// pipeline().layers, one dependent load closer.
+  [[nodiscard]] const PipelineLayer* layers() const noexcept { return layers_; }
+  /// The layers' scratch storage (frame(index) is this plus the layer's offset).
+  [[nodiscard]] std::byte* frames() const noexcept { return frames_; }
   [[nodiscard]] std::byte* frame(std::size_t index) const noexcept {
-    return frames_ + pipeline_->layers[index].frame_offset;
+    return frames_ + layers_[index].frame_offset;
   }
   /// The layer whose step is pending (asynchronous executions; run_sync keeps it on the stack).
   [[nodiscard]] std::size_t depth() const noexcept { return depth_; }
@@ -233,6 +238,7 @@ class CallBase : private ClockWaiter {
   void abandon() noexcept override { abandon_execution(); }
 
   const PipelineView* pipeline_;
+  const PipelineLayer* layers_;
   std::byte* frames_;
   Context* context_;
   std::size_t depth_ = no_layer;
