@@ -87,22 +87,35 @@ class LimiterLedger {
   }
   /// Under the lock, T5: of `n` returned permits, min(n, queued) pass to the oldest waiters
   /// ("in use" unchanged for those) and the rest are freed. Returns the waiters to wake.
+  ///
+  /// While queued > 0 no lock-free member can change the word (try_acquire and try_release both
+  /// refuse a word with waiters, and a CAS from an older word fails) and every other writer holds
+  /// the lock, so the value loaded under the lock is exact and a plain release store replaces the
+  /// locked CAS: the common handoff costs one locked instruction fewer.
   std::int64_t release_locked(count_type n) noexcept {
-    std::uint64_t w = word_.load(std::memory_order_relaxed);
+    std::uint64_t w = word_.load(std::memory_order_acquire);
     for (;;) {
       const count_type q = queued(w);
       const count_type k = q < n ? q : n;
       const count_type freed = n - k;
       if (in_use(w) < n) return -1;
       const std::uint64_t next = w - static_cast<std::uint64_t>(k) * queued_one - freed;
+      if (q != 0) {
+        word_.store(next, std::memory_order_release);
+        return k;
+      }
       if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
                                       std::memory_order_relaxed)) {
         return k;
       }
     }
   }
-  /// Under the lock, T6: a queued caller left.
-  void cancel_locked() noexcept { word_.fetch_sub(queued_one, std::memory_order_acq_rel); }
+  /// Under the lock, T6: a queued caller left. The word counts it, so (as in release_locked) no
+  /// lock-free member can change the word meanwhile: a plain store.
+  void cancel_locked() noexcept {
+    const std::uint64_t w = word_.load(std::memory_order_acquire);
+    word_.store(w - queued_one, std::memory_order_release);
+  }
   /// Under the lock, T7: closed, nobody queued; returns how many were.
   std::uint32_t close_locked() noexcept {
     std::uint64_t w = word_.load(std::memory_order_relaxed);
