@@ -68,24 +68,27 @@ void BM_Timeout_raw_async_live_io_control(benchmark::State& state) {
   state.SetLabel("live I/O (one timer pending); the baseline of completes_instantly_async");
 }
 
+/// Reads of the shield's clock through `read`, one per iteration.
+template <kevlar::Clock::time_point (kevlar::Clock::*Read)() const noexcept>
+void run_clock_reads(benchmark::State& state, const char* label) {
+  const kevlar::Clock& clock = timeout_shield().clock();
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) benchmark::DoNotOptimize((clock.*Read)());
+  allocs.report(state);
+  state.SetLabel(label);
+}
+
 /// One read of the shield's clock, as the timeout makes per call to compute its deadline: the
 /// floor under the synchronous timeout's overhead on this machine.
 void BM_Timeout_clock_now_control(benchmark::State& state) {
-  const kevlar::Clock& clock = timeout_shield().clock();
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) benchmark::DoNotOptimize(clock.now());
-  allocs.report(state);
-  state.SetLabel("no event loop; one Clock::now(), the timeout's deadline read");
+  run_clock_reads<&kevlar::Clock::now>(
+      state, "no event loop; one Clock::now(), the timeout's deadline read");
 }
 
 /// The coarse clock read the timeout used before: cheaper, but it lags by a scheduler tick or
 /// more, so deadlines computed from it expired early.
 void BM_Timeout_clock_coarse_now_control(benchmark::State& state) {
-  const kevlar::Clock& clock = timeout_shield().clock();
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) benchmark::DoNotOptimize(clock.coarse_now());
-  allocs.report(state);
-  state.SetLabel("no event loop; one Clock::coarse_now()");
+  run_clock_reads<&kevlar::Clock::coarse_now>(state, "no event loop; one Clock::coarse_now()");
 }
 
 }  // namespace
