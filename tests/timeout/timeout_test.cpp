@@ -412,6 +412,53 @@ TEST_F(Timeout, HappyPathAllocatesNothingAfterWarmUp) {
   EXPECT_EQ(allocations, 0U);
 }
 
+// Every allocation of a first timed call on a fresh io_context is failed in turn (its deadline
+// queue, the queue's timer, the timer's wait). A failure fails that call only: the queue must not
+// keep the failed call's entry (its storage ends with the call) nor believe a timer is waiting,
+// so the next call on the same context times out on schedule. A call on another context takes
+// the failed call's recycled block first, so that a stale entry cannot pass for the next call's.
+TEST_F(Timeout, AnAllocationFailureWhileArmingLeavesTheQueueUsable) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  int failures = 0;
+  for (std::uint64_t n = 0; n < 64; ++n) {
+    asio::io_context local;  // fresh: its deadline queue and timer do not exist yet
+    asio::steady_timer first_hang(local);
+    asio::steady_timer second_hang(local);
+    asio::steady_timer spacer_hang(ioc);
+    std::optional<error_code> second;
+    kevlar::testing::fail_allocation_after(n);
+    try {
+      shield.execute_async(Hang{&first_hang}, asio::bind_executor(local, [](error_code) {}));
+    } catch (const std::bad_alloc&) {
+    }
+    const bool fired = !kevlar::testing::allocation_failure_armed();
+    kevlar::testing::disarm_allocation_failure();
+    if (!fired) break;  // the call allocated fewer than n + 1 times: every point was covered
+    ++failures;
+    local.restart();
+    local.poll();  // a call that failed completes here
+    shield.execute_async(Hang{&spacer_hang}, asio::bind_executor(ioc, [](error_code) {}));
+    shield.execute_async(Hang{&second_hang},
+                         asio::bind_executor(local, [&](error_code ec) { second = ec; }));
+    local.restart();
+    local.poll();
+    clock->advance(1s);
+    for (int i = 0; i < 4 && !second; ++i) local.poll();
+    ASSERT_TRUE(second.has_value())
+        << "allocation " << n << " failed: the next call never timed out";
+    EXPECT_EQ(*second, errc::timeout) << n;
+    for (int i = 0; i < 4; ++i) ioc.poll();  // the spacer times out too
+    first_hang.cancel();
+    local.restart();
+    local.poll();
+    TimeoutStrategy::release_idle_timers(local);
+    TimeoutStrategy::release_idle_timers(ioc);
+    ioc.restart();
+    ioc.poll();
+  }
+  EXPECT_GT(failures, 2);
+}
+
 TEST_F(Timeout, AbandonedExecutionDisarmsItsDeadline) {
   const Shield shield = Shield{}.timeout(1s).with_clock(clock);
   {

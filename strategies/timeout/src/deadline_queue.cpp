@@ -54,9 +54,11 @@ void DeadlineQueue::arm_timer_locked(Clock::time_point t) {
     return;
   }
   if (!timer_) timer_ = clock_->make_timer(ex_);
+  // The wait may throw (it allocates); the queue records it only once it is started, or no timer
+  // would ever be armed again. Its completion needs the lock held here, so it cannot come first.
+  timer_->async_wait_until(t, *this);
   timer_waiting_ = true;
   timer_deadline_ = t;
-  timer_->async_wait_until(t, *this);
 }
 
 void DeadlineQueue::arm(DeadlineEntry& e) {
@@ -64,7 +66,16 @@ void DeadlineQueue::arm(DeadlineEntry& e) {
   e.queue = this;
   e.state = DeadlineEntry::State::armed;
   link_back(e);
-  if (head_ == &e) arm_timer_locked(e.deadline);
+  if (head_ != &e) return;
+  try {
+    arm_timer_locked(e.deadline);
+  } catch (...) {
+    // Not armed after all: the caller does not disarm an entry whose arm() threw, and the entry's
+    // storage ends with the execution.
+    unlink(head_, tail_, e);
+    e.state = DeadlineEntry::State::idle;
+    throw;
+  }
 }
 
 bool DeadlineQueue::disarm(DeadlineEntry& e) noexcept {
