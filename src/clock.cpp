@@ -31,9 +31,13 @@ class WaiterHandler {
   void operator()(const boost::system::error_code& ec) {
     std::exchange(waiter_, nullptr)->complete(ec);
   }
-  [[nodiscard]] executor_type get_executor() const noexcept { return waiter_->executor(); }
+  // The associators answer on a moved-from handler too (an initiation that fails after moving it
+  // may ask).
+  [[nodiscard]] executor_type get_executor() const noexcept {
+    return waiter_ != nullptr ? waiter_->executor() : executor_type();
+  }
   [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
-    return waiter_->cancellation_slot();
+    return waiter_ != nullptr ? waiter_->cancellation_slot() : cancellation_slot_type();
   }
 
  private:

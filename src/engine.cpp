@@ -149,8 +149,15 @@ void CallBase::run_steps(Step step) {
         }
         depth_ = n;
         ++context_->attempt_;
-        invoke_operation();  // the operation's handler now owns the execution
-        return;
+        if (start_operation()) return;  // the operation's handler now owns the execution
+        // The initiation threw and destroyed its handler: the attempt failed with the exception.
+        if (n == 0) {
+          deliver();
+          return;
+        }
+        depth_ = n - 1;
+        step = dispatch_inner_complete(depth_);
+        continue;
       }
       case Step::complete:
         finish_layer(depth_);
@@ -167,6 +174,21 @@ void CallBase::run_steps(Step step) {
       case Step::suspend:
         return;  // the strategy's wait handler now owns the execution
     }
+  }
+}
+
+bool CallBase::start_operation() {
+  step_dropped_ = false;
+  try {
+    invoke_operation();
+    return true;  // nothing of the execution may be touched now: the handler owns it
+  } catch (...) {
+    // Asio's rule: an initiation that throws has destroyed its handler without invoking it. The
+    // handler saw this engine on the stack and left the execution to it (step_dropped_). If the
+    // handler still lives, it owns the execution: the exception is the initiating caller's.
+    if (!step_dropped_) throw;
+    outcome_.set_exception(std::current_exception());
+    return false;
   }
 }
 

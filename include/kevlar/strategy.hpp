@@ -165,9 +165,12 @@ class WaitHandler {
   void operator()(const boost::system::error_code& ec) {
     std::exchange(call_, nullptr)->wait_completed(ec);
   }
-  [[nodiscard]] executor_type get_executor() const noexcept { return call_->call_executor(); }
+  [[nodiscard]] executor_type get_executor() const noexcept {
+    return call_ != nullptr ? call_->call_executor() : executor_type();
+  }
+  /// Answers on a moved-from handler too (an initiation that fails after moving it may ask).
   [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
-    return call_->step_slot();
+    return call_ != nullptr ? call_->step_slot() : cancellation_slot_type();
   }
   /// Waits started with this handler allocate from kevlar's per-thread block cache.
   [[nodiscard]] allocator_type get_allocator() const noexcept { return {}; }
@@ -185,7 +188,7 @@ class QueueWaitHandler : public WaitHandler {
   using cancellation_slot_type = InlineSlot;
   using WaitHandler::WaitHandler;
   [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
-    return call_->inline_slot();
+    return call_ != nullptr ? call_->inline_slot() : cancellation_slot_type();
   }
 };
 

@@ -275,6 +275,32 @@ TEST(AsyncExecution, FactoryThatThrowsSynchronouslyFailsTheAttempt) {
   EXPECT_THROW(std::rethrow_exception(got), Boom);
 }
 
+// An attempt whose initiation throws (before or after taking the handler, as an Asio operation
+// that fails to allocate does) fails that attempt: the strategies see the exception and the
+// execution completes normally. It used to escape execute_async with the execution leaked and
+// its strategies never finished.
+TEST(AsyncExecution, AnAttemptWhoseInitiationThrowsFailsTheAttempt) {
+  asio::io_context ioc;
+  const Shield shield = Shield{}.use(std::make_shared<test::Repeat>(1));
+  int calls = 0;
+  auto attempt = [&](auto token) {
+    return asio::async_initiate<decltype(token), void(error_code, int)>(
+        [&](auto handler) {
+          auto taken = std::move(handler);  // destroyed uninvoked by the throw
+          ++calls;
+          throw Boom();
+        },
+        token);
+  };
+  std::optional<error_code> got;
+  shield.execute_async(attempt, asio::bind_executor(ioc, [&](error_code ec, int) { got = ec; }));
+  EXPECT_FALSE(got.has_value());  // never inside the initiating call
+  ioc.run();
+  EXPECT_EQ(calls, 2);  // the failure was handled and retried once
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::callback_exception);
+}
+
 TEST(AsyncExecution, StrategyErrorsReachAwaitableFactoriesAsKevlarError) {
   asio::io_context ioc;
   bool caught = false;

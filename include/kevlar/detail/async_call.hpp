@@ -91,11 +91,17 @@ class AttemptHandler {
   using cancellation_slot_type = boost::asio::cancellation_slot;
   using allocator_type = typename Call::allocator_type;
 
-  explicit AttemptHandler(Call* call) noexcept : call_(call) {}
-  AttemptHandler(AttemptHandler&& other) noexcept : call_(std::exchange(other.call_, nullptr)) {}
+  explicit AttemptHandler(Call* call) noexcept : call_(call), allocator_(call->get_allocator()) {}
+  AttemptHandler(AttemptHandler&& other) noexcept
+      : call_(std::exchange(other.call_, nullptr)), allocator_(other.allocator_) {}
   AttemptHandler& operator=(AttemptHandler&&) = delete;
   ~AttemptHandler() {
-    if (call_ != nullptr && tl_running_call != call_) call_->abandon_execution();
+    if (call_ == nullptr) return;
+    if (tl_running_call != call_) {
+      call_->abandon_execution();  // the operation's executor shut down
+    } else {
+      call_->step_dropped();  // a failed initiation: the engine on the stack goes on
+    }
   }
 
   template <class... Args>
@@ -105,13 +111,17 @@ class AttemptHandler {
     call->operation_completed();
   }
 
+  // The associators answer on a moved-from handler too: an operation whose initiation fails after
+  // moving the handler into its own storage frees that storage with the allocator of the handler
+  // it was moved from (Asio's operation pointers do).
   [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
-    return call_->step_slot();
+    return call_ != nullptr ? call_->step_slot() : cancellation_slot_type();
   }
-  [[nodiscard]] allocator_type get_allocator() const noexcept { return call_->get_allocator(); }
+  [[nodiscard]] allocator_type get_allocator() const noexcept { return allocator_; }
 
  protected:
   Call* call_;
+  [[no_unique_address]] allocator_type allocator_;
 };
 
 /// AttemptHandler for callers whose handler has an associated executor: the operation completes

@@ -165,6 +165,9 @@ class CallBase : private ClockWaiter {
   void abandon_execution() noexcept;
   /// The caller asked to cancel (its cancellation slot, or its stop token).
   void cancel_from_caller(boost::asio::cancellation_type type) noexcept;
+  /// The pending operation's handler was destroyed uninvoked while this execution's engine was on
+  /// the stack: its initiation failed, and the engine fails the attempt.
+  void step_dropped() noexcept { step_dropped_ = true; }
 
   /// Cancels what is running inside layer `origin`.
   void cancel_inner(std::size_t origin, boost::asio::cancellation_type type) noexcept;
@@ -221,6 +224,9 @@ class CallBase : private ClockWaiter {
   Step fail_layer(std::size_t index, std::exception_ptr ep) noexcept;
   void finish_layer(std::size_t index) noexcept;
   void run_steps(Step step);
+  /// Starts the user's operation; false if its initiation threw and dropped its handler (the
+  /// outcome is then the exception).
+  bool start_operation();
   void run_layer_sync(std::size_t index);
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   void start_wait();
@@ -245,6 +251,7 @@ class CallBase : private ClockWaiter {
   std::size_t cancel_origin_ =
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
   Clock::time_point wait_deadline_{};
+  bool step_dropped_ = false;
 };
 
 }  // namespace detail
