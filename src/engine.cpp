@@ -93,11 +93,15 @@ void CallBase::run_sync() {
   // the thread-local marker, which only handlers of asynchronous steps read. Each layer runs in a
   // frame of its own (the depth is the C++ stack's, at most the pipeline's length).
   if (pipeline_->size == 0) {
-    ++context_->attempt_;
-    invoke_operation();
+    run_attempt_sync();
     return;  // the caller takes the outcome from here
   }
   run_layer_sync(0);
+}
+
+inline void CallBase::run_attempt_sync() {
+  ++context_->attempt_;
+  invoke_operation();
 }
 
 void CallBase::run_layer_sync(std::size_t index) {
@@ -108,8 +112,7 @@ void CallBase::run_layer_sync(std::size_t index) {
       if (index + 1 < pipeline_->size) {
         run_layer_sync(index + 1);
       } else {
-        ++context_->attempt_;
-        invoke_operation();
+        run_attempt_sync();
       }
       step = dispatch_inner_complete(index);
     } else if (step == Step::complete) {

@@ -177,13 +177,8 @@ class CallBase : private ClockWaiter {
   [[nodiscard]] const PipelineView& pipeline() const noexcept { return *pipeline_; }
   /// pipeline().layers, one dependent load closer.
   [[nodiscard]] const PipelineLayer* layers() const noexcept { return layers_; }
-  /// The layers' scratch storage (frame(index) is this plus the layer's offset).
+  /// The layers' scratch storage: a layer's frame is this plus its PipelineLayer::frame_offset.
   [[nodiscard]] std::byte* frames() const noexcept { return frames_; }
-  [[nodiscard]] std::byte* frame(std::size_t index) const noexcept {
-    return frames_ + layers_[index].frame_offset;
-  }
-  /// The layer whose step is pending (asynchronous executions; run_sync keeps it on the stack).
-  [[nodiscard]] std::size_t depth() const noexcept { return depth_; }
   [[nodiscard]] std::size_t cancel_origin() const noexcept { return cancel_origin_; }
   [[nodiscard]] bool synchronous() const noexcept { return async_ == nullptr; }
 
@@ -228,6 +223,7 @@ class CallBase : private ClockWaiter {
   /// outcome is then the exception).
   bool start_operation();
   void run_layer_sync(std::size_t index);
+  void run_attempt_sync();
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   void start_wait();
   void emit_step(boost::asio::cancellation_type type) noexcept;
@@ -247,7 +243,7 @@ class CallBase : private ClockWaiter {
   const PipelineLayer* layers_;
   std::byte* frames_;
   Context* context_;
-  std::size_t depth_ = no_layer;
+  std::size_t depth_ = no_layer;  ///< asynchronous: the layer whose step is pending
   std::size_t cancel_origin_ =
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
   Clock::time_point wait_deadline_{};
