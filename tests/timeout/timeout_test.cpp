@@ -12,15 +12,20 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/connect_pair.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/write.hpp>
 
 #include <array>
+#include <functional>
+#include <future>
 #include <memory>
 #include <thread>
 
@@ -457,6 +462,207 @@ TEST_F(Timeout, AnAllocationFailureWhileArmingLeavesTheQueueUsable) {
     ioc.poll();
   }
   EXPECT_GT(failures, 2);
+}
+
+/// Makes `shield`'s deadline queue on `ctx` with a call on `ctx`'s own executor that completes at
+/// once: the queue's timer then runs on that executor, not on a test's held one.
+void create_deadline_queue(const Shield& shield, asio::io_context& ctx) {
+  bool done = false;
+  shield.execute_async(
+      [&](auto token) { return test::async_answer(ctx.get_executor(), {}, 1, std::move(token)); },
+      asio::bind_executor(ctx, [&](error_code, int) { done = true; }));
+  ctx.restart();
+  while (!done) ctx.poll();
+}
+
+/// An operation the test completes itself, by calling `*open` (on the test's thread).
+struct Gate {
+  std::function<void(error_code)>* open;
+  asio::cancellation_slot* slot_seen;
+  template <class Token>
+  auto operator()(Token&& token) const {
+    return asio::async_initiate<Token, void(error_code)>(
+        [open = open, slot_seen = slot_seen](auto handler) {
+          *slot_seen = asio::get_associated_cancellation_slot(handler);
+          auto h = std::make_shared<decltype(handler)>(std::move(handler));
+          *open = [h](error_code ec) { std::move (*h)(ec); };
+        },
+        token);
+  }
+};
+
+/// An operation that completes with operation_aborted when cancelled, counting the cancellations.
+struct CountsCancellation {
+  int* cancels;
+  asio::cancellation_slot* slot_seen;
+  template <class Token>
+  auto operator()(Token&& token) const {
+    return asio::async_initiate<Token, void(error_code)>(
+        [cancels = cancels, slot_seen = slot_seen](auto handler) {
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          *slot_seen = slot;
+          auto h = std::make_shared<decltype(handler)>(std::move(handler));
+          slot.assign([h, cancels](asio::cancellation_type) {
+            ++*cancels;
+            std::move (*h)(asio::error::operation_aborted);
+          });
+        },
+        token);
+  }
+};
+
+// An expiry's delivery job may run after its execution ended, when the execution's storage holds
+// another execution whose own deadline is expiring: the stale job must not deliver that expiry
+// (on the wrong executor; with a strand per execution, it raced the execution's own handlers). The
+// first call's executor holds its jobs, so the stale job runs last, by the test's hand.
+TEST_F(Timeout, AStaleExpiryNeverReachesAnExecutionThatReusedItsStorage) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  create_deadline_queue(shield, ioc);
+  test::HeldExecutor::Jobs first_jobs;
+  test::HeldExecutor::Jobs second_jobs;
+  std::function<void(error_code)> open;
+  asio::cancellation_slot first_slot;
+  std::optional<error_code> first;
+  shield.execute_async(
+      Gate{&open, &first_slot},
+      asio::bind_executor(test::HeldExecutor(ioc, first_jobs), [&](error_code ec) { first = ec; }));
+  clock->advance(1s);
+  ioc.poll();     // the deadline expires: its delivery waits in the first executor's list
+  ioc.restart();  // the held jobs keep no work: the loop ran out of it
+  ASSERT_EQ(first_jobs.size(), 1U);
+  std::exchange(open, nullptr)(error_code{});  // the operation completes first: the call ends
+
+  int cancels = 0;
+  asio::cancellation_slot second_slot;
+  std::optional<error_code> second;
+  shield.execute_async(CountsCancellation{&cancels, &second_slot},
+                       asio::bind_executor(test::HeldExecutor(ioc, second_jobs),
+                                           [&](error_code ec) { second = ec; }));
+  ASSERT_TRUE(second_slot == first_slot) << "the second call did not reuse the first's storage";
+  clock->advance(1s);
+  ioc.poll();  // the second deadline expires: its delivery waits in the second list
+  ioc.restart();
+  ASSERT_EQ(second_jobs.size(), 1U);
+
+  first_jobs.run_all();  // the stale delivery, then the first call's completion
+  ASSERT_TRUE(first.has_value());
+  EXPECT_FALSE(*first) << "the operation completed before the expiry was delivered";
+  EXPECT_EQ(cancels, 0) << "the first call's expiry cancelled the second call";
+
+  second_jobs.run_all();
+  EXPECT_EQ(cancels, 1);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(*second, errc::timeout);
+}
+
+// The deadline queue's timer does not run on the strand of the call that created the queue: while
+// that strand is busy (a handler of it blocks another thread), another call on the same context
+// still times out on schedule.
+TEST_F(Timeout, OneCallersBusyStrandDoesNotDelayAnothersDeadline) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  asio::io_context fresh;  // its deadline queue does not exist yet: the strand's call creates it
+  auto strand = asio::make_strand(fresh);
+  std::promise<void> entered;
+  std::promise<void> release;
+  asio::post(strand, [&] {
+    entered.set_value();
+    release.get_future().wait();
+  });
+  std::jthread busy([&] { fresh.run_one(); });  // runs the blocking handler, the only one ready
+  struct Release {
+    std::promise<void>* p;
+    bool done = false;
+    void operator()() {
+      if (!std::exchange(done, true)) p->set_value();
+    }
+    ~Release() { (*this)(); }  // a failed assertion returns early: let the thread finish
+  } release_busy{&release};
+  entered.get_future().wait();
+
+  asio::steady_timer strand_hang(fresh);
+  std::optional<error_code> first;
+  shield.execute_async(Hang{&strand_hang},
+                       asio::bind_executor(strand, [&](error_code ec) { first = ec; }));
+  asio::steady_timer hang(fresh);
+  std::optional<error_code> second;
+  shield.execute_async(Hang{&hang},
+                       asio::bind_executor(fresh, [&](error_code ec) { second = ec; }));
+  clock->advance(1s);
+  for (int i = 0; i < 4 && !second; ++i) fresh.poll();
+  EXPECT_FALSE(first.has_value());  // its strand is still busy
+  ASSERT_TRUE(second.has_value()) << "the plain call's deadline waited for the busy strand";
+  EXPECT_EQ(*second, errc::timeout);
+
+  release_busy();
+  busy.join();
+  for (int i = 0; i < 4 && !first; ++i) {
+    fresh.restart();
+    fresh.poll();
+  }
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(*first, errc::timeout);
+  TimeoutStrategy::release_idle_timers(fresh);
+}
+
+// Nor does the queue keep the work of the executor that created it: once every call is done and
+// the idle timer released, the context runs out of work.
+TEST_F(Timeout, TheDeadlineQueueKeepsNoCallersWork) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  asio::io_context fresh;
+  std::optional<int> got;
+  // The handler's executor tracks work; the handler is the only holder of that work.
+  shield.execute_async(
+      [&](auto token) { return test::async_answer(fresh.get_executor(), {}, 7, std::move(token)); },
+      asio::bind_executor(
+          asio::prefer(fresh.get_executor(), asio::execution::outstanding_work.tracked),
+          [&](error_code, int v) { got = v; }));
+  fresh.poll();
+  ASSERT_EQ(got, 7);
+  TimeoutStrategy::release_idle_timers(fresh);
+  fresh.poll();
+  EXPECT_TRUE(fresh.stopped()) << "the context still has work after its only call ended";
+}
+
+// Every allocation while a deadline expires is failed in turn (delivering the expiry allocates a
+// job on the execution's executor). A failure leaves the loop's poll() as any handler's does; the
+// deadline stays armed and the next poll delivers it.
+TEST_F(Timeout, AnAllocationFailureWhileExpiringDelaysTheTimeoutButNeverLosesIt) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  int failures = 0;
+  for (std::uint64_t n = 0; n < 64; ++n) {
+    asio::io_context local;
+    create_deadline_queue(shield, local);
+    test::HeldExecutor::Jobs held;
+    int cancels = 0;
+    asio::cancellation_slot slot;
+    std::optional<error_code> got;
+    shield.execute_async(
+        CountsCancellation{&cancels, &slot},
+        asio::bind_executor(test::HeldExecutor(local, held), [&](error_code ec) { got = ec; }));
+    clock->advance(1s);
+    bool threw = false;
+    kevlar::testing::fail_allocation_after(n);
+    try {
+      local.poll();
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool fired = !kevlar::testing::allocation_failure_armed();
+    kevlar::testing::disarm_allocation_failure();
+    if (!fired) break;  // the expiry allocated fewer than n + 1 times: every point was covered
+    ++failures;
+    EXPECT_TRUE(threw) << n;
+    for (int i = 0; i < 4 && held.size() == 0; ++i) {
+      local.restart();
+      local.poll();
+    }
+    held.run_all();
+    ASSERT_TRUE(got.has_value()) << "allocation " << n << " failed: the deadline was lost";
+    EXPECT_EQ(*got, errc::timeout) << n;
+    EXPECT_EQ(cancels, 1) << n;
+    TimeoutStrategy::release_idle_timers(local);
+  }
+  EXPECT_GE(failures, 1);
 }
 
 TEST_F(Timeout, AbandonedExecutionDisarmsItsDeadline) {

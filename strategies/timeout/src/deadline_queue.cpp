@@ -1,8 +1,13 @@
 #include <kevlar/detail/deadline_queue.hpp>
 
 #include <boost/asio/execution/context.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 #include <boost/asio/query.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <array>
 #include <atomic>
@@ -66,9 +71,11 @@ void DeadlineQueue::arm(DeadlineEntry& e) {
   e.queue = this;
   e.state = DeadlineEntry::State::armed;
   link_back(e);
-  if (head_ != &e) return;
+  // A new head needs the timer; so does any deadline while no wait is outstanding (an expiry
+  // whose delivery failed left the timer idle with deadlines armed).
+  if (head_ != &e && timer_waiting_) return;
   try {
-    arm_timer_locked(e.deadline);
+    arm_timer_locked(head_->deadline);
   } catch (...) {
     // Not armed after all: the caller does not disarm an entry whose arm() threw, and the entry's
     // storage ends with the execution.
@@ -107,7 +114,8 @@ namespace {
 struct FireJob {
   DeadlineQueue* queue;
   DeadlineEntry* entry;
-  void operator()() const noexcept { queue->deliver(entry); }
+  std::uint64_t ticket;
+  void operator()() const noexcept { queue->deliver(entry, ticket); }
 };
 
 }  // namespace
@@ -117,16 +125,28 @@ void DeadlineQueue::complete(const boost::system::error_code&) {
   timer_waiting_ = false;
   if (shut_down_) return;
   const Clock::time_point now = clock_->now();
-  while (head_ != nullptr && head_->deadline <= now) {
-    DeadlineEntry* e = head_;
-    unlink(head_, tail_, *e);
-    e->state = DeadlineEntry::State::firing;
-    e->prev = firing_tail_;
-    (firing_tail_ != nullptr ? firing_tail_->next : firing_head_) = e;
-    firing_tail_ = e;
-    // The execution may finish before the job runs: the job looks the entry up in the firing
-    // list (by address, without touching it) before using it.
-    boost::asio::post(e->call->call_executor(), FireJob{this, e});
+  try {
+    while (head_ != nullptr && head_->deadline <= now) {
+      DeadlineEntry* e = head_;
+      // The execution may finish before the job runs, and its storage may then hold another
+      // execution's entry: the job looks for this entry and this ticket in the firing list
+      // (without touching the entry) before using it. Posting allocates and may throw; the entry
+      // moves only once its job exists.
+      const std::uint64_t ticket = ++last_ticket_;
+      boost::asio::post(e->call->call_executor(), FireJob{this, e, ticket});
+      unlink(head_, tail_, *e);
+      e->ticket = ticket;
+      e->state = DeadlineEntry::State::firing;
+      e->prev = firing_tail_;
+      (firing_tail_ != nullptr ? firing_tail_->next : firing_head_) = e;
+      firing_tail_ = e;
+    }
+  } catch (...) {
+    // The expired entry is still armed at the head: wait for it again (it is due, so the timer
+    // completes at once and retries), and let the failure leave the loop's run() as any handler's
+    // does. If re-arming throws too, the next arm() re-arms.
+    arm_timer_locked(head_->deadline);
+    throw;
   }
   if (head_ != nullptr) arm_timer_locked(head_->deadline);
 }
@@ -136,13 +156,13 @@ void DeadlineQueue::abandon() noexcept {
   timer_waiting_ = false;
 }
 
-void DeadlineQueue::deliver(DeadlineEntry* target) noexcept {
+void DeadlineQueue::deliver(DeadlineEntry* target, std::uint64_t ticket) noexcept {
   CallBase* call = nullptr;
   std::size_t index = 0;
   {
     std::lock_guard lock(mutex_);
     for (DeadlineEntry* e = firing_head_; e != nullptr; e = e->next) {
-      if (e != target) continue;
+      if (e != target || e->ticket != ticket) continue;
       unlink(firing_head_, firing_tail_, *e);
       e->state = DeadlineEntry::State::fired;
       call = e->call;
@@ -173,6 +193,25 @@ namespace {
 /// queue of a context that no longer exists (even if a new context reuses its address).
 std::atomic<std::uint64_t> g_service_epoch{1};
 
+/// The executor of a queue's timer, from the executor of the call that creates the queue: without
+/// the call's strand (Asio's strands of an io_context's or a thread_pool's executor, or of an
+/// any_io_executor holding one), which would serialise every deadline of the context behind that
+/// strand's handlers, and without outstanding work, which would keep the context's run() from
+/// returning for as long as the queue lives. Other executors are used as they are.
+boost::asio::any_io_executor timer_executor(const boost::asio::any_io_executor& ex) {
+  using boost::asio::strand;
+  if (const auto* s = ex.target<strand<boost::asio::io_context::executor_type>>()) {
+    return timer_executor(s->get_inner_executor());
+  }
+  if (const auto* s = ex.target<strand<boost::asio::thread_pool::executor_type>>()) {
+    return timer_executor(s->get_inner_executor());
+  }
+  if (const auto* s = ex.target<strand<boost::asio::any_io_executor>>()) {
+    return timer_executor(s->get_inner_executor());
+  }
+  return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.untracked);
+}
+
 class DeadlineService final : public boost::asio::execution_context::service {
  public:
   static inline boost::asio::execution_context::id id;
@@ -185,7 +224,7 @@ class DeadlineService final : public boost::asio::execution_context::service {
                        Clock::duration d) {
     std::lock_guard lock(mutex_);
     auto& q = queues_[Key{&clock, d.count()}];
-    if (!q) q = std::make_unique<DeadlineQueue>(clock, ex, d.count() != 0);
+    if (!q) q = std::make_unique<DeadlineQueue>(clock, timer_executor(ex), d.count() != 0);
     return *q;
   }
 

@@ -26,13 +26,20 @@ struct DeadlineEntry {
   CallBase* call = nullptr;
   std::size_t index = 0;
   DeadlineQueue* queue = nullptr;
+  /// Names this expiry to the job that delivers it (set when the entry starts firing). An entry's
+  /// address alone cannot: once its execution ends, the same storage may hold another execution's
+  /// entry, firing on another executor, by the time the stale job runs.
+  std::uint64_t ticket = 0;
   State state = State::idle;
 };
 
 /// The deadlines of one (execution context, clock, duration): they are armed in deadline order,
 /// so arming and disarming are O(1) list operations under a small lock, with one clock timer
-/// underneath for the earliest deadline. The timer is never cancelled when a call finishes early
-/// (that would cost a syscall per call); it fires at the earliest deadline it was armed for and is
+/// underneath for the earliest deadline. The timer runs on the executor of the call that created
+/// the queue, without its strand (Asio's strands of the usual executors) and without outstanding
+/// work: one caller's busy strand must not delay every other caller's deadlines, nor its work keep
+/// the context running. The timer is never cancelled when a call finishes early (that would cost a
+/// syscall per call); it fires at the earliest deadline it was armed for and is
 /// re-armed only if deadlines remain. When a deadline expires, the cancellation is delivered on the
 /// execution's own executor, and only if the execution has not finished meanwhile.
 class DeadlineQueue final : private ClockWaiter {
@@ -49,8 +56,9 @@ class DeadlineQueue final : private ClockWaiter {
   bool disarm(DeadlineEntry& e) noexcept;
   /// Cancels the clock timer if no deadline is armed (lets io_context::run() return at once).
   void release_idle_timer() noexcept;
-  /// Delivers the expiry of `e` (runs on the execution's executor).
-  void deliver(DeadlineEntry* e) noexcept;
+  /// Delivers the expiry of `e` if it is still the firing entry named by `ticket` (runs on the
+  /// execution's executor).
+  void deliver(DeadlineEntry* e, std::uint64_t ticket) noexcept;
   /// Destroys every pending operation (the execution context is shutting down).
   void shutdown() noexcept;
 
@@ -79,6 +87,7 @@ class DeadlineQueue final : private ClockWaiter {
   bool timer_waiting_ = false;
   bool shut_down_ = false;
   Clock::time_point timer_deadline_{};
+  std::uint64_t last_ticket_ = 0;
 };
 
 /// Finds (or creates) the queue for an execution context, clock and duration (0: deadlines of
