@@ -1,7 +1,8 @@
 // BM_QueuedHandoffPair and BM_ConcurrencyLimit: the concurrency limiter end to end.
 //
 // The pair is the shape of the .NET report: limit 1, queue 1; call A takes the permit and awaits a
-// one-shot promise; call B queues; the promise is completed; both are awaited; B returns 42.
+// one-shot promise; call B queues; the promise is completed; both are awaited; B returns 42. The
+// pairs run back to back inside one io_context::run() (see run_pair).
 //   <semaphore>: unpaired        — kevlar's limiter (one ledger word + the unpaired semaphore)
 //                mutex_control   — the same limiter design, two objects as in Kevlar (interlocked
 //                                  counters + a semaphore that only carries wake-ups), waking
@@ -32,6 +33,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -80,6 +82,7 @@ class TwoObjectLimiter final : public kevlar::Strategy {
     }
     return kevlar::Step::run_inner;  // the semaphore handed us a permit
   }
+  [[nodiscard]] int waiting() const noexcept { return waiters_.load(std::memory_order_acquire); }
   kevlar::Step on_inner_complete(kevlar::Layer&) override {
     available_.fetch_add(1, std::memory_order_seq_cst);
     if (waiters_.load(std::memory_order_seq_cst) > 0 && try_take()) (void)sem_.release();
@@ -109,8 +112,23 @@ using kevlar::testing::OneShot;
 enum class Caller { callback, coroutine };
 enum class Regime { idle, live_io };
 
-void run_pair(benchmark::State& state, const kevlar::Shield& shield, asio::io_context& ioc,
-              Caller caller, Regime regime, const char* label) {
+/// Whether call B waits in the limiter's queue (the pair's precondition for firing the promise).
+bool queued(const kevlar::ConcurrencyLimitStrategy& s) noexcept {
+  return s.state().queued > 0;
+}
+template <class Sem>
+bool queued(const TwoObjectLimiter<Sem>& s) noexcept {
+  return s.waiting() > 0;
+}
+
+/// Runs the pairs back to back inside one io_context::run(), as a server's loop runs: each pair
+/// starts from the completion that ends the one before. Asio keeps its per-thread state, the
+/// recycling allocator's cache among it, for the length of one run() call; a harness calling
+/// run_one()/poll_one() per handler rebuilt it at every call, which cost every pair that set-up
+/// and made every coroutine frame miss the cache.
+template <class Strategy>
+void run_pair(benchmark::State& state, const kevlar::Shield& shield, const Strategy& limiter,
+              asio::io_context& ioc, Caller caller, Regime regime, const char* label) {
   keep_second_thread_alive();
   std::optional<asio::steady_timer> live;
   if (regime == Regime::live_io) {
@@ -118,72 +136,117 @@ void run_pair(benchmark::State& state, const kevlar::Shield& shield, asio::io_co
     live->async_wait([](error_code) {});
   }
   auto guard = asio::make_work_guard(ioc);
-  OneShot promise;
-  int done = 0;
-  int b_value = 0;
-  auto one_pair = [&] {
-    done = 0;
-    if (caller == Caller::callback) {
-      shield.execute_async([&](auto t) { return promise.wait(std::move(t)); },
-                           asio::bind_executor(ioc, [&](error_code, int) { ++done; }));
-      shield.execute_async([](auto t) { return async_answer(std::move(t)); },
-                           asio::bind_executor(ioc, [&](error_code ec, int v) {
-                             b_value = ec ? -1 : v;
-                             ++done;
-                           }));
-    } else {
-      asio::co_spawn(
-          ioc,
-          [&]() -> asio::awaitable<void> {
-            co_await shield.execute_async([&](auto t) { return promise.wait(std::move(t)); });
-            ++done;
-          },
-          asio::detached);
-      asio::co_spawn(
-          ioc,
-          [&]() -> asio::awaitable<void> {
-            b_value =
-                co_await shield.execute_async([](auto t) { return async_answer(std::move(t)); });
-            ++done;
-          },
-          asio::detached);
+
+  struct Driver {
+    Driver(benchmark::State& st, const kevlar::Shield& sh, const Strategy& lim,
+           asio::io_context& io, Caller c)
+        : state(st), shield(sh), limiter(lim), ioc(io), caller(c) {}
+    benchmark::State& state;
+    const kevlar::Shield& shield;
+    const Strategy& limiter;
+    asio::io_context& ioc;
+    Caller caller;
+    OneShot promise;
+    int done = 0;
+    int b_value = 0;
+    int warm_up = 100;  // untimed pairs first: recycling caches, deadline services
+    bool b_was_queued = true;
+    std::optional<kevlar::bench::AllocReport> allocs;
+    std::function<void()> finish;
+
+    void start() {
+      done = 0;
+      if (caller == Caller::callback) {
+        shield.execute_async([this](auto t) { return promise.wait(std::move(t)); },
+                             asio::bind_executor(ioc, [this](error_code, int) { one_done(); }));
+        shield.execute_async([](auto t) { return async_answer(std::move(t)); },
+                             asio::bind_executor(ioc, [this](error_code ec, int v) {
+                               b_value = ec ? -1 : v;
+                               one_done();
+                             }));
+      } else {
+        asio::co_spawn(
+            ioc,
+            [this]() -> asio::awaitable<void> {
+              co_await shield.execute_async([this](auto t) { return promise.wait(std::move(t)); });
+              one_done();
+            },
+            asio::detached);
+        asio::co_spawn(
+            ioc,
+            [this]() -> asio::awaitable<void> {
+              b_value =
+                  co_await shield.execute_async([](auto t) { return async_answer(std::move(t)); });
+              one_done();
+            },
+            asio::detached);
+      }
+      fire_when_b_queued();
     }
-    while (!ioc.stopped() && ioc.poll_one() != 0) {
-    }  // A parks on the promise, B queues
-    promise.fire();
-    while (done < 2) ioc.run_one();
+    // A takes the permit and parks on the promise, then B queues: at once for callbacks, after the
+    // coroutines' first hops for co_spawn. The promise fires only then.
+    void fire_when_b_queued() {
+      if (queued(limiter) || (done > 0 && promise.pending())) {
+        // done > 0: B ran first, without queueing; A waits on the promise now. Not a queued
+        // handoff: the run ends with an error after this pair.
+        if (done > 0) b_was_queued = false;
+        promise.fire();
+        return;
+      }
+      asio::post(ioc, [this] { fire_when_b_queued(); });
+    }
+    void one_done() {
+      if (++done < 2) return;
+      if (warm_up > 0) {
+        --warm_up;
+        start();
+        return;
+      }
+      if (!allocs) allocs.emplace();
+      if (b_was_queued && state.KeepRunning()) {
+        start();
+        return;
+      }
+      finish();
+    }
   };
-  for (int i = 0; i < 100; ++i) one_pair();  // warm-up (recycling caches, deadline services)
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) one_pair();
-  allocs.report(state);
-  if (b_value != 42) state.SkipWithError("B did not return 42");
-  state.SetLabel(label);
-  if (live) live->cancel();
-  guard.reset();
+  Driver d(state, shield, limiter, ioc, caller);
+  d.finish = [&] {
+    if (live) live->cancel();
+    guard.reset();
+  };
+  asio::post(ioc, [&] { d.start(); });
   ioc.run();
+  if (d.allocs) d.allocs->report(state);
+  if (!d.b_was_queued) {
+    state.SkipWithError("B did not queue: not a queued handoff");
+  } else if (d.b_value != 42) {
+    state.SkipWithError("B did not return 42");
+  }
+  state.SetLabel(label);
 }
 
 template <class Make>
 void pair_benchmark(benchmark::State& state, Make make_strategy, Caller caller, Regime regime) {
   asio::io_context ioc(1);
-  const kevlar::Shield shield = kevlar::Shield{}.use(make_strategy(ioc));
-  run_pair(state, shield, ioc, caller, regime,
+  const auto limiter = make_strategy(ioc);
+  const kevlar::Shield shield = kevlar::Shield{}.use(limiter);
+  run_pair(state, shield, *limiter, ioc, caller, regime,
            regime == Regime::idle ? "idle loop; ns and allocations per pair"
                                   : "live I/O (pending timer); ns and allocations per pair");
 }
 
-auto unpaired = [](asio::io_context&) -> std::shared_ptr<kevlar::Strategy> {
+auto unpaired = [](asio::io_context&) {
   kevlar::ConcurrencyLimitOptions o;
   o.max_concurrency = 1;
   o.max_queue = 1;
   return kevlar::ConcurrencyLimitStrategy::create(o);
 };
-auto mutex_control = [](asio::io_context& ioc) -> std::shared_ptr<kevlar::Strategy> {
+auto mutex_control = [](asio::io_context& ioc) {
   return std::make_shared<TwoObjectLimiter<kevlar::bench::MutexDequeSemaphore>>(
       1, 1, ioc.get_executor(), 0u);
 };
-auto channel_control = [](asio::io_context& ioc) -> std::shared_ptr<kevlar::Strategy> {
+auto channel_control = [](asio::io_context& ioc) {
   return std::make_shared<TwoObjectLimiter<kevlar::bench::ChannelSemaphore>>(
       1, 1, ioc.get_executor(), 0u, 1u);
 };

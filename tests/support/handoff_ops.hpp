@@ -30,6 +30,8 @@ class OneShot {
   }
   /// Posts the pending completion; a wait must be pending.
   void fire() { std::exchange(fire_, nullptr)(); }
+  /// Whether a wait is pending.
+  [[nodiscard]] bool pending() const noexcept { return fire_ != nullptr; }
 
  private:
   template <class H>
