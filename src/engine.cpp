@@ -172,8 +172,10 @@ void CallBase::run_steps(Step step) {
         step = dispatch_inner_complete(depth_);
         continue;
       case Step::wait:
-        start_wait();  // the timer's handler now owns the execution
-        return;
+        if (start_wait()) return;  // the timer's handler now owns the execution
+        // Arming the timer threw: the layer failed with the exception.
+        step = Step::complete;
+        continue;
       case Step::suspend:
         return;  // the strategy's wait handler now owns the execution
     }
@@ -195,10 +197,20 @@ bool CallBase::start_operation() {
   }
 }
 
-void CallBase::start_wait() {
-  std::unique_ptr<ClockTimer>& timer = async_->timer;
-  if (!timer) timer = context_->clock().make_timer(call_executor());
-  timer->async_wait_until(wait_deadline_, *this);
+bool CallBase::start_wait() {
+  // A ClockTimer whose wait throws has not kept its handler (a destroyed handler's abandon() sees
+  // this engine on the stack and leaves the execution to it), so the execution is still the
+  // engine's: the waiting layer fails with the exception, as if its hook had thrown.
+  try {
+    std::unique_ptr<ClockTimer>& timer = async_->timer;
+    if (!timer) timer = context_->clock().make_timer(call_executor());
+    timer->async_wait_until(wait_deadline_, *this);
+    return true;  // nothing of the execution may be touched now: the handler owns it
+  } catch (...) {
+    step_completed();  // a cancellation handler the failed wait installed must not stay
+    (void)fail_layer(depth_, std::current_exception());
+    return false;
+  }
 }
 
 void CallBase::operation_completed() {

@@ -3,6 +3,8 @@
 // followed by io_context::poll.
 #include <kevlar/retry.hpp>
 
+#include <alloc_counter.hpp>
+
 #include <gtest/gtest.h>
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -18,6 +20,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -116,6 +119,51 @@ TEST(RetryAsync, RetriesErrorCodesAfterTheBackoffOnTheClock) {
   EXPECT_EQ(r.completions, 1);
   EXPECT_FALSE(r.ec);
   EXPECT_EQ(r.value, 3);
+}
+
+// Every allocation while the backoff wait is armed (the clock timer, the cancellation handler,
+// the clock's entry) is failed in turn. The wait fails, not the loop: the retry ends with the
+// exception, the caller's handler runs once, and nothing is left behind (AddressSanitizer's leak
+// check, in CI). The execution once escaped its engine there, leaking with its handler uncalled.
+TEST(RetryAsync, AnAllocationFailureWhileArmingTheBackoffFailsTheCall) {
+  auto clock = ManualClock::create();
+  const Shield shield = Shield{}
+                            .retry(RetryOptions{.max_retries = 3, .backoff = Backoff::constant(1s)})
+                            .with_clock(clock);
+  int failures = 0;
+  for (std::uint64_t n = 0; n < 64; ++n) {
+    asio::io_context ioc;
+    int calls = 0;
+    int completions = 0;
+    std::optional<error_code> got;
+    shield.execute_async(Scripted{&ioc, {asio::error::connection_reset}, &calls},
+                         asio::bind_executor(ioc, [&](error_code ec, int) {
+                           ++completions;
+                           got = ec;
+                         }));
+    bool threw = false;
+    kevlar::testing::fail_allocation_after(n);  // the first attempt fails, then the wait is armed
+    try {
+      ioc.poll();
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool fired = !kevlar::testing::allocation_failure_armed();
+    kevlar::testing::disarm_allocation_failure();
+    if (!fired) break;  // the poll allocated fewer than n + 1 times: every point was covered
+    ++failures;
+    EXPECT_FALSE(threw) << "allocation " << n << ": the failure escaped the loop";
+    for (int i = 0; i < 4 && completions == 0; ++i) {
+      clock->advance(1s);
+      ioc.restart();
+      ioc.poll();
+    }
+    EXPECT_EQ(completions, 1) << "allocation " << n;
+    ASSERT_TRUE(got.has_value()) << n;
+    EXPECT_EQ(*got, errc::callback_exception) << n;
+    EXPECT_EQ(calls, 1) << n;
+  }
+  EXPECT_GE(failures, 1);
 }
 
 TEST(RetryAsync, ExhaustedRetriesSurfaceTheLastError) {

@@ -665,6 +665,47 @@ TEST_F(Timeout, AnAllocationFailureWhileExpiringDelaysTheTimeoutButNeverLosesIt)
   EXPECT_GE(failures, 1);
 }
 
+// The same sweep on the steady clock, whose timer takes its handler before allocating: a wait
+// that fails to start destroys that handler, which once re-entered the queue's lock on the same
+// thread (a deadlock).
+TEST(TimeoutOnTheSteadyClock, AnAllocationFailureWhileArmingLeavesTheQueueUsable) {
+  const Shield shield = Shield{}.timeout(10s);
+  int failures = 0;
+  for (std::uint64_t n = 0; n < 64; ++n) {
+    asio::io_context local;
+    asio::steady_timer first_hang(local);
+    asio::steady_timer second_hang(local);
+    std::optional<error_code> first;
+    std::optional<error_code> second;
+    kevlar::testing::fail_allocation_after(n);
+    bool started = true;
+    try {
+      shield.execute_async(Hang{&first_hang},
+                           asio::bind_executor(local, [&](error_code ec) { first = ec; }));
+    } catch (const std::bad_alloc&) {
+      started = false;
+    }
+    const bool fired = !kevlar::testing::allocation_failure_armed();
+    kevlar::testing::disarm_allocation_failure();
+    if (!fired) break;
+    ++failures;
+    // A second call on the same context arms the queue's timer whatever happened to the first.
+    shield.execute_async(Hang{&second_hang},
+                         asio::bind_executor(local, [&](error_code ec) { second = ec; }));
+    first_hang.cancel();
+    second_hang.cancel();
+    local.restart();
+    local.poll();
+    EXPECT_EQ(first.has_value(), started) << n;
+    ASSERT_TRUE(second.has_value()) << n;
+    EXPECT_EQ(*second, asio::error::operation_aborted) << n;
+    TimeoutStrategy::release_idle_timers(local);
+    local.restart();
+    local.poll();
+  }
+  EXPECT_GT(failures, 2);
+}
+
 TEST_F(Timeout, AbandonedExecutionDisarmsItsDeadline) {
   const Shield shield = Shield{}.timeout(1s).with_clock(clock);
   {

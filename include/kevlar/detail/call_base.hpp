@@ -225,7 +225,7 @@ class CallBase : private ClockWaiter {
   void run_layer_sync(std::size_t index);
   void run_attempt_sync();
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
-  void start_wait();
+  bool start_wait();
   void emit_step(boost::asio::cancellation_type type) noexcept;
   void step_completed() noexcept;
 
@@ -237,7 +237,11 @@ class CallBase : private ClockWaiter {
     return const_cast<CallBase*>(this)->step_slot();
   }
   void complete(const boost::system::error_code& ec) override { wait_completed(ec); }
-  void abandon() noexcept override { abandon_execution(); }
+  void abandon() noexcept override {
+    // With this execution's engine on the stack, the only wait handler that can die uninvoked is
+    // the one whose initiation is throwing: start_wait() keeps the execution and fails the wait.
+    if (tl_running_call != this) abandon_execution();
+  }
 
   const PipelineView* pipeline_;
   const PipelineLayer* layers_;

@@ -19,6 +19,11 @@ namespace kevlar::detail {
 
 // ---- DeadlineQueue ------------------------------------------------------------------------------
 
+namespace {
+/// The queue whose timer wait is being started on this thread, under its lock.
+thread_local const DeadlineQueue* tl_arming_queue = nullptr;
+}  // namespace
+
 DeadlineQueue::DeadlineQueue(const Clock& clock, const boost::asio::any_io_executor& ex,
                              bool ordered)
     : clock_(&clock), ex_(ex), ordered_(ordered) {}
@@ -61,7 +66,18 @@ void DeadlineQueue::arm_timer_locked(Clock::time_point t) {
   if (!timer_) timer_ = clock_->make_timer(ex_);
   // The wait may throw (it allocates); the queue records it only once it is started, or no timer
   // would ever be armed again. Its completion needs the lock held here, so it cannot come first.
-  timer_->async_wait_until(t, *this);
+  struct Arming {
+    explicit Arming(const DeadlineQueue* q) noexcept
+        : previous(std::exchange(tl_arming_queue, q)) {}
+    ~Arming() { tl_arming_queue = previous; }
+    Arming(const Arming&) = delete;
+    Arming& operator=(const Arming&) = delete;
+    const DeadlineQueue* previous;
+  };
+  {
+    const Arming arming(this);
+    timer_->async_wait_until(t, *this);
+  }
   timer_waiting_ = true;
   timer_deadline_ = t;
 }
@@ -152,6 +168,10 @@ void DeadlineQueue::complete(const boost::system::error_code&) {
 }
 
 void DeadlineQueue::abandon() noexcept {
+  // A wait whose initiation throws destroys its handler, which lands here with the lock already
+  // held by arm_timer_locked on this thread; the wait was never recorded, so there is nothing to
+  // undo (locking again would deadlock).
+  if (tl_arming_queue == this) return;
   std::lock_guard lock(mutex_);
   timer_waiting_ = false;
 }
@@ -197,9 +217,13 @@ std::atomic<std::uint64_t> g_service_epoch{1};
 /// the call's strand (Asio's strands of an io_context's or a thread_pool's executor, or of an
 /// any_io_executor holding one), which would serialise every deadline of the context behind that
 /// strand's handlers, and without outstanding work, which would keep the context's run() from
-/// returning for as long as the queue lives. Other executors are used as they are.
-boost::asio::any_io_executor timer_executor(const boost::asio::any_io_executor& ex) {
+/// returning for as long as the queue lives. Other executors are used without their work.
+boost::asio::any_io_executor timer_executor(const boost::asio::any_io_executor& tracked) {
   using boost::asio::strand;
+  // Without outstanding work first: a strand maps the preference onto its inner executor, so a
+  // work-tracking strand becomes a strand of the plain executor, which the checks below know.
+  const boost::asio::any_io_executor ex =
+      boost::asio::prefer(tracked, boost::asio::execution::outstanding_work.untracked);
   if (const auto* s = ex.target<strand<boost::asio::io_context::executor_type>>()) {
     return timer_executor(s->get_inner_executor());
   }
@@ -209,7 +233,7 @@ boost::asio::any_io_executor timer_executor(const boost::asio::any_io_executor& 
   if (const auto* s = ex.target<strand<boost::asio::any_io_executor>>()) {
     return timer_executor(s->get_inner_executor());
   }
-  return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.untracked);
+  return ex;
 }
 
 class DeadlineService final : public boost::asio::execution_context::service {
