@@ -110,6 +110,8 @@ using kevlar::testing::async_answer;
 using kevlar::testing::OneShot;
 
 enum class Caller { callback, coroutine };
+/// Loop passes a pair may wait for B to queue before the run ends with an error.
+constexpr int max_fire_polls = 1000;
 enum class Regime { idle, live_io };
 
 /// Whether call B waits in the limiter's queue (the pair's precondition for firing the promise).
@@ -151,11 +153,13 @@ void run_pair(benchmark::State& state, const kevlar::Shield& shield, const Strat
     int b_value = 0;
     int warm_up = 100;  // untimed pairs first: recycling caches, deadline services
     bool b_was_queued = true;
+    int polls = 0;
     std::optional<kevlar::bench::AllocReport> allocs;
     std::function<void()> finish;
 
     void start() {
       done = 0;
+      polls = 0;
       if (caller == Caller::callback) {
         shield.execute_async([this](auto t) { return promise.wait(std::move(t)); },
                              asio::bind_executor(ioc, [this](error_code, int) { one_done(); }));
@@ -168,29 +172,45 @@ void run_pair(benchmark::State& state, const kevlar::Shield& shield, const Strat
         asio::co_spawn(
             ioc,
             [this]() -> asio::awaitable<void> {
-              co_await shield.execute_async([this](auto t) { return promise.wait(std::move(t)); });
+              try {
+                co_await shield.execute_async(
+                    [this](auto t) { return promise.wait(std::move(t)); });
+              } catch (...) {  // counted all the same: an error must end the run, not hang it
+              }
               one_done();
             },
             asio::detached);
         asio::co_spawn(
             ioc,
             [this]() -> asio::awaitable<void> {
-              b_value =
-                  co_await shield.execute_async([](auto t) { return async_answer(std::move(t)); });
+              try {
+                b_value = co_await shield.execute_async(
+                    [](auto t) { return async_answer(std::move(t)); });
+              } catch (...) {
+                b_value = -1;
+              }
               one_done();
             },
             asio::detached);
       }
       fire_when_b_queued();
     }
-    // A takes the permit and parks on the promise, then B queues: at once for callbacks, after the
-    // coroutines' first hops for co_spawn. The promise fires only then.
+    // A takes the permit and parks on the promise, then B queues. Started from inside the loop,
+    // both happen before start() returns (co_spawn runs a coroutine inline up to its first
+    // suspension when already on its executor); the check stays, so that a pair in which B did not
+    // queue is reported rather than measured. The promise fires only then.
     void fire_when_b_queued() {
-      if (queued(limiter) || (done > 0 && promise.pending())) {
+      if (promise.pending() && (queued(limiter) || done > 0)) {
         // done > 0: B ran first, without queueing; A waits on the promise now. Not a queued
         // handoff: the run ends with an error after this pair.
         if (done > 0) b_was_queued = false;
         promise.fire();
+        return;
+      }
+      if (++polls > max_fire_polls) {  // neither state came: end the run with an error, not a hang
+        b_was_queued = false;
+        if (promise.pending()) promise.fire();
+        finish();
         return;
       }
       asio::post(ioc, [this] { fire_when_b_queued(); });
