@@ -6,6 +6,7 @@
 #include <kevlar/timeout.hpp>
 
 #include <gtest/gtest.h>
+#include <boost/asio/append.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -27,6 +28,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <string>
 #include <thread>
 
 namespace kevlar {
@@ -704,6 +706,35 @@ TEST(TimeoutOnTheSteadyClock, AnAllocationFailureWhileArmingLeavesTheQueueUsable
     local.poll();
   }
   EXPECT_GT(failures, 2);
+}
+
+// An asynchronous timeout delivers its expiry on the call's executor; a handler without one
+// would leave it to the system executor, racing the operation. Such a call fails at once with a
+// message that says what to do, and its operation never starts.
+TEST_F(Timeout, AnAsynchronousCallWithoutAnExecutorIsRefused) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  bool started = false;
+  std::promise<std::exception_ptr> outcome;
+  auto attempt = [&](auto token) {  // an operation completing with (exception_ptr, int)
+    return asio::async_initiate<decltype(token), void(std::exception_ptr, int)>(
+        [&](auto handler) {
+          started = true;
+          asio::post(ioc, asio::append(std::move(handler), std::exception_ptr(), 1));
+        },
+        token);
+  };
+  shield.execute_async(attempt, [&](std::exception_ptr ep, int) {  // no associated executor
+    outcome.set_value(ep);
+  });
+  ioc.poll();  // an operation that did start completes here (and the test fails below)
+  const std::exception_ptr ep = outcome.get_future().get();  // else on the system executor
+  EXPECT_FALSE(started);
+  ASSERT_TRUE(ep);
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("bind_executor"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(Timeout, AbandonedExecutionDisarmsItsDeadline) {

@@ -3,6 +3,7 @@
 #include <kevlar/timeout.hpp>
 
 #include <boost/asio/error.hpp>
+#include <boost/asio/system_executor.hpp>
 
 #include <new>
 #include <sstream>
@@ -82,10 +83,18 @@ Step TimeoutStrategy::on_start(Layer& layer) {
     f.deadline_set = true;
     return Step::run_inner;
   }
+  const boost::asio::any_io_executor ex = layer.executor();
+  if (ex.target<boost::asio::system_executor>() != nullptr) {
+    // The expiry is delivered on the execution's executor, serialised with the operation's
+    // completion; the system executor serialises nothing (its expiry would race the operation).
+    throw std::invalid_argument(
+        "kevlar::TimeoutStrategy: an asynchronous call needs a completion handler with an "
+        "associated executor (asio::bind_executor), where its expiry is delivered");
+  }
   ::new (static_cast<void*>(&f.entry)) detail::DeadlineEntry{};
   f.entry.deadline = f.deadline;
   detail::DeadlineQueue& q = detail::deadline_queue_for(
-      layer.executor(), layer.clock(), generated ? Clock::duration::zero() : options_.timeout);
+      ex, layer.clock(), generated ? Clock::duration::zero() : options_.timeout);
   f.entry.index = layer.index();
   f.entry.call = layer.call();
   q.arm(f.entry);
