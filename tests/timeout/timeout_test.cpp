@@ -714,8 +714,8 @@ TEST(TimeoutOnTheSteadyClock, AnAllocationFailureWhileArmingLeavesTheQueueUsable
 TEST_F(Timeout, AnAsynchronousCallWithoutAnExecutorIsRefused) {
   const Shield shield = Shield{}.timeout(1s).with_clock(clock);
   bool started = false;
-  std::promise<std::exception_ptr> outcome;
-  auto attempt = [&](auto token) {  // an operation completing with (exception_ptr, int)
+  std::promise<std::string> outcome;  // what the handler saw, described on its own thread
+  auto attempt = [&](auto token) {    // an operation completing with (exception_ptr, int)
     return asio::async_initiate<decltype(token), void(std::exception_ptr, int)>(
         [&](auto handler) {
           started = true;
@@ -724,17 +724,22 @@ TEST_F(Timeout, AnAsynchronousCallWithoutAnExecutorIsRefused) {
         token);
   };
   shield.execute_async(attempt, [&](std::exception_ptr ep, int) {  // no associated executor
-    outcome.set_value(ep);
+    std::string seen = "no exception";
+    if (ep) {
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::invalid_argument& e) {
+        seen = e.what();
+      } catch (...) {
+        seen = "an exception other than std::invalid_argument";
+      }
+    }
+    outcome.set_value(std::move(seen));
   });
   ioc.poll();  // an operation that did start completes here (and the test fails below)
-  const std::exception_ptr ep = outcome.get_future().get();  // else on the system executor
+  const std::string seen = outcome.get_future().get();  // else on the system executor
   EXPECT_FALSE(started);
-  ASSERT_TRUE(ep);
-  try {
-    std::rethrow_exception(ep);
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("bind_executor"), std::string::npos) << e.what();
-  }
+  EXPECT_NE(seen.find("bind_executor"), std::string::npos) << seen;
 }
 
 TEST_F(Timeout, AbandonedExecutionDisarmsItsDeadline) {
