@@ -1,5 +1,6 @@
 // The engine: one trampoline drives every execution, synchronous or asynchronous.
 #include <kevlar/detail/call_base.hpp>
+#include <kevlar/detail/trampoline.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <boost/asio/error.hpp>
@@ -213,7 +214,61 @@ bool CallBase::start_wait() {
   }
 }
 
+// ---- the trampoline ----------------------------------------------------------------------------
+
+void trampoline_flush() noexcept {
+  Trampoline& t = tl_trampoline;
+  while (TrampolineJob* job = t.head) {
+    t.head = job->next;
+    if (t.head == nullptr) t.tail = nullptr;
+    job->reschedule(job);
+  }
+  t.open = false;
+}
+
+void trampoline_drain() {
+  Trampoline& t = tl_trampoline;
+  std::size_t ran = 0;
+  while (TrampolineJob* job = t.head) {
+    t.head = job->next;
+    if (t.head == nullptr) t.tail = nullptr;
+    if (++ran > trampoline_limit || !job->runnable(job)) {
+      job->reschedule(job);
+      continue;
+    }
+    try {
+      job->run(job);  // resumes an execution; its own grants join this list
+    } catch (...) {
+      trampoline_flush();
+      throw;
+    }
+  }
+  t.open = false;
+}
+
 void CallBase::operation_completed() {
+  const bool drains = trampoline_open();
+  try {
+    resume_after_operation();
+  } catch (...) {
+    if (drains) trampoline_flush();
+    throw;
+  }
+  if (drains) trampoline_drain();
+}
+
+void CallBase::wait_completed(const boost::system::error_code& ec) {
+  const bool drains = trampoline_open();
+  try {
+    resume_after_wait(ec);
+  } catch (...) {
+    if (drains) trampoline_flush();
+    throw;
+  }
+  if (drains) trampoline_drain();
+}
+
+void CallBase::resume_after_operation() {
   step_completed();
   if (pipeline_->size == 0) {
     RunningScope scope(this);
@@ -229,7 +284,7 @@ void CallBase::operation_completed() {
   run(step);
 }
 
-void CallBase::wait_completed(const boost::system::error_code& ec) {
+void CallBase::resume_after_wait(const boost::system::error_code& ec) {
   step_completed();
   Step step;
   {

@@ -186,6 +186,8 @@ namespace detail {
 class QueueWaitHandler : public WaitHandler {
  public:
   using cancellation_slot_type = InlineSlot;
+  /// Its grant may be delivered by the engine's trampoline (see detail/trampoline.hpp).
+  static constexpr bool kevlar_inline_grant = true;
   using WaitHandler::WaitHandler;
   [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
     return call_ != nullptr ? call_->inline_slot() : cancellation_slot_type();

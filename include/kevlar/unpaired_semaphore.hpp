@@ -7,6 +7,7 @@
 // reusing this queue, its cancellation and its executor rules. See docs/semaphore.md.
 #pragma once
 
+#include <kevlar/detail/trampoline.hpp>
 #include <kevlar/detail/wait_queue.hpp>
 #include <kevlar/error.hpp>
 
@@ -579,7 +580,8 @@ class BasicUnpairedSemaphore {
 /// the delivery wrapper needs, in one block from the handler's associated allocator.
 template <Ledger L>
 template <class Handler>
-class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
+class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
+                                                   public detail::TrampolineJob {
   using AssocEx = boost::asio::associated_executor_t<Handler, executor_type>;
   using Slot = boost::asio::associated_cancellation_slot_t<Handler>;
 
@@ -607,6 +609,9 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
   // directly instead, with the wrapper in the reserve.
   static constexpr bool erased = std::is_same_v<AssocEx, boost::asio::any_io_executor>;
   using IoEx = boost::asio::io_context::executor_type;
+  // kevlar's own queue waits (the engine resumes the execution) may be delivered by the engine's
+  // trampoline on the releasing thread; a user's handler is always delivered through its executor.
+  static constexpr bool inline_grant = requires { requires Handler::kevlar_inline_grant; };
 
   /// Where deliveries of this op go: the delivery executor made from `Ex` and, while the op is
   /// linked, the work it counts there.
@@ -667,11 +672,22 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
     assoc_.track();
   }
 
-  /// Hands the result to the executor; the op belongs to the queued delivery from here on.
+  /// Hands the result to the executor; the op belongs to the queued delivery from here on. A
+  /// queue wait of kevlar's engine whose io_context runs on this thread, inside an engine entry
+  /// point, goes to the engine's trampoline instead: it runs when that entry point has finished.
   void schedule(boost::system::error_code ec) noexcept {
     ec_ = ec;
     if constexpr (erased) {
       if (io_.ex) {
+        if constexpr (inline_grant) {
+          if (detail::tl_trampoline.open && io_.ex->running_in_this_thread()) {
+            this->detail::TrampolineJob::run = &AcquireOp::run_inline;
+            this->detail::TrampolineJob::runnable = &AcquireOp::still_running_here;
+            this->detail::TrampolineJob::reschedule = &AcquireOp::reschedule_job;
+            detail::trampoline_push(this);
+            return;
+          }
+        }
         io_.ex->execute(Delivery{this});
         return;
       }
@@ -708,6 +724,25 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode {
 
   static void on_complete(detail::WaitNode* node, boost::system::error_code ec) noexcept {
     static_cast<AcquireOp*>(node)->schedule(ec);
+  }
+
+  // The trampoline's view of a queued delivery (only ever set for erased io_context targets).
+  static void run_inline(detail::TrampolineJob* job) { static_cast<AcquireOp*>(job)->deliver(); }
+  static bool still_running_here(const detail::TrampolineJob* job) noexcept {
+    if constexpr (erased) {
+      return static_cast<const AcquireOp*>(job)->io_.ex->running_in_this_thread();
+    } else {
+      (void)job;
+      return false;
+    }
+  }
+  static void reschedule_job(detail::TrampolineJob* job) noexcept {
+    auto* op = static_cast<AcquireOp*>(job);
+    if constexpr (erased) {
+      op->io_.ex->execute(Delivery{op});
+    } else {
+      op->assoc_.ex->execute(Delivery{op});
+    }
   }
 
   struct CancelHandler {

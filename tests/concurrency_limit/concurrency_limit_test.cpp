@@ -3,6 +3,7 @@
 #include <alloc_counter.hpp>
 #include <handoff_ops.hpp>
 #include <kevlar/concurrency_limit.hpp>
+#include <kevlar/detail/trampoline.hpp>
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 #include <random>
 #include <stop_token>
 #include <thread>
+#include <vector>
 
 namespace kevlar {
 namespace {
@@ -501,6 +503,103 @@ using kevlar::testing::OneShot;
 // The queued handoff (A runs, B parks in the queue, A's completion hands B the permit) started
 // from outside the event loop, where Asio's per-thread caches do not exist: once kevlar's block
 // cache is warm, nothing is allocated (B's cancellation handler lives in its execution).
+/// Rejects at once while `*on` is set (an inner strategy that completes a call without an
+/// operation, so that a grant can lead straight to the next release).
+class RejectWhile final : public Strategy {
+ public:
+  explicit RejectWhile(const bool* on) : on_(on) {}
+  std::string describe() const override { return "RejectWhile"; }
+  Step on_start(Layer& layer) override {
+    if (!*on_) return Step::run_inner;
+    layer.outcome().set_error(make_error_code(errc::circuit_open));
+    return Step::complete;
+  }
+
+ private:
+  const bool* on_;
+};
+
+// The grant of a queued call whose executor is the io_context running the release is delivered by
+// the engine when the releasing handler has finished, not through the scheduler: one handler runs
+// A's completion, A's caller's handler, and B's start.
+TEST_F(LimiterTest, AGrantRunsRightAfterTheReleasingHandlerWithoutASchedulerHop) {
+  auto limiter = make_limiter(1, 1);
+  const Shield s = Shield{}.use(limiter);
+  start(s, 1);
+  start(s, 2);
+  ioc.poll();
+  ASSERT_EQ(limiter->state().queued, 1U);
+  ops.complete(1);
+  EXPECT_EQ(ioc.poll_one(), 1U);
+  EXPECT_TRUE(results.finished(1));
+  EXPECT_TRUE(ops.pending(2)) << "B's grant waited for another handler";
+  EXPECT_EQ(ops.started_ids(), (std::vector<int>{1, 2}));
+  ops.complete(2);
+  ioc.poll();
+  EXPECT_TRUE(results.finished(2));
+  EXPECT_EQ(limiter->state().available, 1U);
+}
+
+// A chain of grants inside one handler (each granted call completes at once and releases) runs at
+// most trampoline_limit deliveries there; the rest go through the executor, in order.
+TEST_F(LimiterTest, AChainOfGrantsYieldsToOtherHandlersAfterTheLimit) {
+  auto limiter = make_limiter(1, 20);
+  bool reject = false;
+  const Shield s = Shield{}.use(limiter).use(std::make_shared<RejectWhile>(&reject));
+  start(s, 0);  // holds the permit
+  ioc.poll();
+  reject = true;
+  for (int id = 1; id <= 20; ++id) start(s, id);
+  ioc.poll();
+  ASSERT_EQ(limiter->state().queued, 20U);
+  ops.complete(0);
+  EXPECT_EQ(ioc.poll_one(), 1U);
+  const int inline_limit = static_cast<int>(detail::trampoline_limit);
+  for (int id = 1; id <= 20; ++id) {
+    EXPECT_EQ(results.finished(id), id <= inline_limit) << id;
+  }
+  ioc.poll();
+  for (int id = 1; id <= 20; ++id) {
+    ASSERT_TRUE(results.finished(id)) << id;
+    EXPECT_EQ(results.done[id], errc::circuit_open) << id;
+  }
+  const auto st = limiter->state();
+  EXPECT_EQ(st.available, 1U);
+  EXPECT_EQ(st.queued, 0U);
+}
+
+// A caller's handler that throws inside such a chain leaves the loop with its exception; the
+// grants still pending go through the executor, so no call is lost and no permit strands.
+TEST_F(LimiterTest, AThrowingHandlerInAChainOfGrantsLosesNoCall) {
+  auto limiter = make_limiter(1, 5);
+  bool reject = false;
+  const Shield s = Shield{}.use(limiter).use(std::make_shared<RejectWhile>(&reject));
+  start(s, 0);
+  ioc.poll();
+  reject = true;
+  struct Thrown {};
+  int thrown = 0;
+  for (int id = 1; id <= 5; ++id) {
+    s.execute_async(ops.attempt(id), asio::bind_executor(ioc, [&, id](error_code ec, int) {
+                      results.done[id] = ec;
+                      if (id == 2) throw Thrown{};
+                    }));
+  }
+  ioc.poll();
+  ops.complete(0);
+  try {
+    ioc.poll();
+  } catch (const Thrown&) {
+    ++thrown;
+  }
+  EXPECT_EQ(thrown, 1);
+  ioc.restart();
+  ioc.poll();
+  for (int id = 1; id <= 5; ++id) EXPECT_TRUE(results.finished(id)) << id;
+  EXPECT_EQ(limiter->state().available, 1U);
+  EXPECT_EQ(limiter->state().queued, 0U);
+}
+
 TEST(ConcurrencyLimit, QueuedHandoffAllocatesNothingAfterWarmUp) {
   asio::io_context ioc(1);
   auto work = asio::make_work_guard(ioc);

@@ -226,6 +226,8 @@ class CallBase : private ClockWaiter {
   void run_attempt_sync();
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   bool start_wait();
+  void resume_after_operation();
+  void resume_after_wait(const boost::system::error_code& ec);
   void emit_step(boost::asio::cancellation_type type) noexcept;
   void step_completed() noexcept;
 
