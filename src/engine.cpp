@@ -216,17 +216,27 @@ bool CallBase::start_wait() {
 
 // ---- the trampoline ----------------------------------------------------------------------------
 
-void trampoline_flush() noexcept {
+void TrampolineLevel::close() noexcept {
+  Trampoline& t = tl_trampoline;
+  t.head = saved_head_;
+  t.tail = saved_tail_;
+  t.context = saved_context_;
+  owns_ = false;
+}
+
+void TrampolineLevel::flush() noexcept {
+  if (!owns_) return;
   Trampoline& t = tl_trampoline;
   while (TrampolineJob* job = t.head) {
     t.head = job->next;
     if (t.head == nullptr) t.tail = nullptr;
     job->reschedule(job);
   }
-  t.open = false;
+  close();
 }
 
-void trampoline_drain() {
+void TrampolineLevel::drain() {
+  if (!owns_) return;
   Trampoline& t = tl_trampoline;
   std::size_t ran = 0;
   while (TrampolineJob* job = t.head) {
@@ -236,36 +246,39 @@ void trampoline_drain() {
       job->reschedule(job);
       continue;
     }
+    t.from_drain = true;  // the entry point this delivery reaches joins this level
     try {
-      job->run(job);  // resumes an execution; its own grants join this list
+      job->run(job);
     } catch (...) {
-      trampoline_flush();
+      t.from_drain = false;
+      flush();
       throw;
     }
+    t.from_drain = false;
   }
-  t.open = false;
+  close();
 }
 
 void CallBase::operation_completed() {
-  const bool drains = trampoline_open();
+  TrampolineLevel level(trampoline_context(), tl_initiating_call != nullptr);
   try {
     resume_after_operation();
   } catch (...) {
-    if (drains) trampoline_flush();
+    level.flush();
     throw;
   }
-  if (drains) trampoline_drain();
+  level.drain();
 }
 
 void CallBase::wait_completed(const boost::system::error_code& ec) {
-  const bool drains = trampoline_open();
+  TrampolineLevel level(trampoline_context(), tl_initiating_call != nullptr);
   try {
     resume_after_wait(ec);
   } catch (...) {
-    if (drains) trampoline_flush();
+    level.flush();
     throw;
   }
-  if (drains) trampoline_drain();
+  level.drain();
 }
 
 void CallBase::resume_after_operation() {
@@ -323,12 +336,14 @@ void CallBase::step_completed() noexcept {
 void CallBase::cancel_from_caller(boost::asio::cancellation_type type) noexcept {
   cancel_origin_ = 0;
   context_->cancel_requested_ = true;
+  const TrampolineSuppressed suppressed;  // an operation completing in its handler drains nothing
   emit_step(type);
 }
 
 void CallBase::cancel_inner(std::size_t origin, boost::asio::cancellation_type type) noexcept {
   if (cancel_origin_ == no_layer || cancel_origin_ > origin + 1) cancel_origin_ = origin + 1;
   context_->cancel_requested_ = true;
+  const TrampolineSuppressed suppressed;
   emit_step(type);
 }
 

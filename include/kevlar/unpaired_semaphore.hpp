@@ -324,7 +324,9 @@ class BlockingWaiter final : public WaitNode {
 /// Waiters queue in FIFO order; a release hands its permits to the oldest waiters first (direct
 /// handoff: a permit is never free while anyone waits, so a newcomer cannot overtake a queued
 /// waiter). A woken waiter resumes on its own associated executor, never inside release(),
-/// close() or a cancellation handler.
+/// close() or a cancellation handler. (kevlar's concurrency limiter opts its own waits into
+/// detail/trampoline.hpp: the engine runs them just before the completion that released returns,
+/// still never inside those calls.)
 ///
 /// Lifetime: the semaphore must outlive every operation started on it, including completions
 /// queued on an executor but not yet run (a grant whose completion is destroyed undelivered
@@ -680,7 +682,8 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
     if constexpr (erased) {
       if (io_.ex) {
         if constexpr (inline_grant) {
-          if (detail::tl_trampoline.open && io_.ex->running_in_this_thread()) {
+          if (detail::trampoline_accepts(&io_.ex->context()) && io_.ex->running_in_this_thread() &&
+              !io_.ex->context().stopped()) {
             this->detail::TrampolineJob::run = &AcquireOp::run_inline;
             this->detail::TrampolineJob::runnable = &AcquireOp::still_running_here;
             this->detail::TrampolineJob::reschedule = &AcquireOp::reschedule_job;
@@ -730,7 +733,8 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
   static void run_inline(detail::TrampolineJob* job) { static_cast<AcquireOp*>(job)->deliver(); }
   static bool still_running_here(const detail::TrampolineJob* job) noexcept {
     if constexpr (erased) {
-      return static_cast<const AcquireOp*>(job)->io_.ex->running_in_this_thread();
+      const auto& ex = *static_cast<const AcquireOp*>(job)->io_.ex;
+      return ex.running_in_this_thread() && !ex.context().stopped();
     } else {
       (void)job;
       return false;

@@ -500,9 +500,6 @@ TEST_F(LimiterTest, UndeliveredGrantOfTheLastOwnerReturnsThePermitFirst) {
 using kevlar::testing::async_answer;
 using kevlar::testing::OneShot;
 
-// The queued handoff (A runs, B parks in the queue, A's completion hands B the permit) started
-// from outside the event loop, where Asio's per-thread caches do not exist: once kevlar's block
-// cache is warm, nothing is allocated (B's cancellation handler lives in its execution).
 /// Rejects at once while `*on` is set (an inner strategy that completes a call without an
 /// operation, so that a grant can lead straight to the next release).
 class RejectWhile final : public Strategy {
@@ -549,7 +546,13 @@ TEST_F(LimiterTest, AChainOfGrantsYieldsToOtherHandlersAfterTheLimit) {
   start(s, 0);  // holds the permit
   ioc.poll();
   reject = true;
-  for (int id = 1; id <= 20; ++id) start(s, id);
+  std::vector<int> order;
+  for (int id = 1; id <= 20; ++id) {
+    s.execute_async(ops.attempt(id), asio::bind_executor(ioc, [&, id](error_code ec, int) {
+                      results.done[id] = ec;
+                      order.push_back(id);
+                    }));
+  }
   ioc.poll();
   ASSERT_EQ(limiter->state().queued, 20U);
   ops.complete(0);
@@ -563,9 +566,99 @@ TEST_F(LimiterTest, AChainOfGrantsYieldsToOtherHandlersAfterTheLimit) {
     ASSERT_TRUE(results.finished(id)) << id;
     EXPECT_EQ(results.done[id], errc::circuit_open) << id;
   }
+  std::vector<int> fifo(20);
+  for (int i = 0; i < 20; ++i) fifo[static_cast<std::size_t>(i)] = i + 1;
+  EXPECT_EQ(order, fifo);
   const auto st = limiter->state();
   EXPECT_EQ(st.available, 1U);
   EXPECT_EQ(st.queued, 0U);
+}
+
+// A grant made inside a nested event loop is run by that loop's own completion, not left for the
+// outer completion that is waiting for the loop to end.
+TEST_F(LimiterTest, AGrantInsideANestedLoopRunsInThatLoop) {
+  asio::io_context inner;
+  auto inner_limiter = make_limiter(1, 1);
+  const Shield inner_shield = Shield{}.use(inner_limiter);
+  test::ManualOps inner_ops;
+  std::map<int, error_code> inner_done;
+  auto inner_start = [&](int id) {
+    inner_shield.execute_async(
+        inner_ops.attempt(id),
+        asio::bind_executor(inner, [&, id](error_code ec, int) { inner_done[id] = ec; }));
+  };
+  inner_start(1);
+  inner_start(2);  // queues behind 1
+  inner.poll();
+  ASSERT_EQ(inner_limiter->state().queued, 1U);
+
+  const Shield outer = Shield{}.concurrency_limit(1, 1);
+  bool nested_saw_the_grant = false;
+  outer.execute_async(ops.attempt(10), asio::bind_executor(ioc, [&](error_code, int) {
+                        // Inside an outer completion: run the inner loop until 1 completes and 2
+                        // is granted.
+                        inner_ops.complete(1);
+                        for (int i = 0; i < 4 && !inner_ops.pending(2); ++i) {
+                          inner.restart();
+                          inner.poll();
+                        }
+                        nested_saw_the_grant = inner_ops.pending(2);
+                      }));
+  ioc.poll();
+  ops.complete(10);
+  ioc.poll();
+  EXPECT_TRUE(nested_saw_the_grant) << "the grant waited for the outer completion";
+  inner_ops.complete(2);
+  inner.restart();
+  inner.poll();
+  EXPECT_EQ(inner_done.size(), 2U);
+  EXPECT_EQ(inner_limiter->state().available, 1U);
+}
+
+// A handler that stops the loop stops the grants it caused too: they wait for the next run.
+TEST_F(LimiterTest, AGrantAfterStopWaitsForTheNextRun) {
+  auto limiter = make_limiter(1, 1);
+  const Shield s = Shield{}.use(limiter);
+  s.execute_async(ops.attempt(1), asio::bind_executor(ioc, [&](error_code ec, int) {
+                    results.done[1] = ec;
+                    ioc.stop();
+                  }));
+  start(s, 2);
+  ioc.poll();
+  ops.complete(1);
+  ioc.poll();
+  EXPECT_TRUE(results.finished(1));
+  EXPECT_FALSE(ops.pending(2)) << "a grant ran after its loop was stopped";
+  ioc.restart();
+  ioc.poll();
+  EXPECT_TRUE(ops.pending(2));
+  ops.complete(2);
+  ioc.poll();
+  EXPECT_TRUE(results.finished(2));
+}
+
+// A release made on a strand does not run a plain-executor waiter inside that strand's handler.
+TEST_F(LimiterTest, AGrantNeverRunsInsideAnotherCallersStrand) {
+  auto limiter = make_limiter(1, 1);
+  const Shield s = Shield{}.use(limiter);
+  auto strand = asio::make_strand(ioc);
+  s.execute_async(ops.attempt(1),
+                  asio::bind_executor(strand, [&](error_code ec, int) { results.done[1] = ec; }));
+  bool started_inside_strand = true;
+  s.execute_async(
+      [&](auto token) {
+        started_inside_strand = strand.running_in_this_thread();
+        return ops.attempt(2)(std::move(token));
+      },
+      results.handler(ioc, 2));
+  ioc.poll();
+  ops.complete(1);
+  ioc.poll();
+  ASSERT_TRUE(ops.pending(2));
+  EXPECT_FALSE(started_inside_strand);
+  ops.complete(2);
+  ioc.poll();
+  EXPECT_TRUE(results.finished(2));
 }
 
 // A caller's handler that throws inside such a chain leaves the loop with its exception; the
@@ -600,6 +693,9 @@ TEST_F(LimiterTest, AThrowingHandlerInAChainOfGrantsLosesNoCall) {
   EXPECT_EQ(limiter->state().queued, 0U);
 }
 
+// The queued handoff (A runs, B parks in the queue, A's completion hands B the permit) started
+// from outside the event loop, where Asio's per-thread caches do not exist: once kevlar's block
+// cache is warm, nothing is allocated (B's cancellation handler lives in its execution).
 TEST(ConcurrencyLimit, QueuedHandoffAllocatesNothingAfterWarmUp) {
   asio::io_context ioc(1);
   auto work = asio::make_work_guard(ioc);

@@ -10,6 +10,7 @@
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 #include <boost/asio/system_executor.hpp>
@@ -215,6 +216,18 @@ class AsyncCall final : public CallBase {
   }
   [[nodiscard]] boost::asio::any_io_executor call_executor() const noexcept override {
     return boost::asio::any_io_executor(get_executor());
+  }
+  [[nodiscard]] const void* trampoline_context() const noexcept override {
+    using IoEx = boost::asio::io_context::executor_type;
+    if constexpr (std::is_same_v<executor_type, IoEx>) {
+      return &get_executor().context();
+    } else if constexpr (std::is_same_v<executor_type, boost::asio::any_io_executor>) {
+      const executor_type ex = get_executor();
+      const IoEx* io = ex.template target<IoEx>();
+      return io != nullptr ? &io->context() : nullptr;
+    } else {
+      return nullptr;
+    }
   }
 
  private:

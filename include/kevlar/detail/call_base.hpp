@@ -189,6 +189,9 @@ class CallBase : private ClockWaiter {
 
   // Asynchronous executions only.
   [[nodiscard]] virtual boost::asio::any_io_executor call_executor() const noexcept = 0;
+  /// The io_context whose plain executor this execution runs on (its grant trampoline, see
+  /// detail/trampoline.hpp), or nullptr (a strand, another executor).
+  [[nodiscard]] virtual const void* trampoline_context() const noexcept { return nullptr; }
   [[nodiscard]] boost::asio::cancellation_slot step_slot() noexcept {
     return async_ != nullptr ? async_->step_signal.slot() : boost::asio::cancellation_slot();
   }
