@@ -218,9 +218,13 @@ bool CallBase::start_wait() {
 
 void TrampolineLevel::close() noexcept {
   Trampoline& t = tl_trampoline;
-  t.head = saved_head_;
-  t.tail = saved_tail_;
-  t.context = saved_context_;
+  t.head = saved_.head;
+  t.tail = saved_.tail;
+  t.context = saved_.context;
+  t.opener = saved_.opener;
+  t.resolve = saved_.resolve;
+  t.open = saved_.open;
+  t.resolved = saved_.resolved;
   owns_ = false;
 }
 
@@ -260,7 +264,7 @@ void TrampolineLevel::drain() {
 }
 
 void CallBase::operation_completed() {
-  TrampolineLevel level(trampoline_context(), tl_initiating_call != nullptr);
+  TrampolineLevel level(this, &CallBase::resolve_trampoline, tl_initiating_call != nullptr);
   try {
     resume_after_operation();
   } catch (...) {
@@ -271,7 +275,7 @@ void CallBase::operation_completed() {
 }
 
 void CallBase::wait_completed(const boost::system::error_code& ec) {
-  TrampolineLevel level(trampoline_context(), tl_initiating_call != nullptr);
+  TrampolineLevel level(this, &CallBase::resolve_trampoline, tl_initiating_call != nullptr);
   try {
     resume_after_wait(ec);
   } catch (...) {

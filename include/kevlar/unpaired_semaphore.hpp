@@ -682,8 +682,9 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
     if constexpr (erased) {
       if (io_.ex) {
         if constexpr (inline_grant) {
-          if (detail::trampoline_accepts(&io_.ex->context()) && io_.ex->running_in_this_thread() &&
-              !io_.ex->context().stopped()) {
+          // Whether the context was stopped is checked once, by the drain: io_context::stopped()
+          // takes the scheduler's lock.
+          if (detail::trampoline_accepts(&io_.ex->context()) && io_.ex->running_in_this_thread()) {
             this->detail::TrampolineJob::run = &AcquireOp::run_inline;
             this->detail::TrampolineJob::runnable = &AcquireOp::still_running_here;
             this->detail::TrampolineJob::reschedule = &AcquireOp::reschedule_job;

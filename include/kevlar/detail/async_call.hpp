@@ -299,6 +299,8 @@ class AsyncCall final : public CallBase {
   }
 
   void destroy() noexcept override {
+    // A trampoline level this execution opened can no longer ask it.
+    trampoline_forget(static_cast<const CallBase*>(this));
     using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
     using BlockAlloc = typename std::allocator_traits<allocator_type>::template rebind_alloc<Block>;
     if (caller_slot_.is_connected()) caller_slot_.clear();

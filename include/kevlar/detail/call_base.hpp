@@ -4,6 +4,7 @@
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/detail/trampoline.hpp>
 #include <kevlar/outcome.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -192,6 +193,10 @@ class CallBase : private ClockWaiter {
   /// The io_context whose plain executor this execution runs on (its grant trampoline, see
   /// detail/trampoline.hpp), or nullptr (a strand, another executor).
   [[nodiscard]] virtual const void* trampoline_context() const noexcept { return nullptr; }
+  /// TrampolineLevel's resolver: `call`'s trampoline_context().
+  static const void* resolve_trampoline(const void* call) noexcept {
+    return static_cast<const CallBase*>(call)->trampoline_context();
+  }
   [[nodiscard]] boost::asio::cancellation_slot step_slot() noexcept {
     return async_ != nullptr ? async_->step_signal.slot() : boost::asio::cancellation_slot();
   }

@@ -28,8 +28,14 @@ struct TrampolineJob {
 struct Trampoline {
   TrampolineJob* head = nullptr;
   TrampolineJob* tail = nullptr;
-  /// The io_context of the innermost open level; nullptr while none is open.
+  /// The io_context of the innermost open level, once resolved (nullptr: it accepts nothing).
   const void* context = nullptr;
+  /// The execution that opened the innermost level, until its context is resolved or it ends.
+  const void* opener = nullptr;
+  /// Asks `opener` for its io_context (or nullptr), the first time a grant is offered.
+  const void* (*resolve)(const void* opener) noexcept = nullptr;
+  bool open = false;      ///< a level is open on this thread
+  bool resolved = false;  ///< `context` holds the innermost level's answer
   /// Set by a drain around each delivery it runs: the entry point that delivery reaches joins the
   /// drain's level instead of opening one (the drain stays flat).
   bool from_drain = false;
@@ -44,9 +50,30 @@ inline constinit thread_local Trampoline tl_trampoline{};
 /// their turn).
 inline constexpr std::size_t trampoline_limit = 8;
 
-/// Whether a delivery for a waiter on `context` may queue at this thread's open level.
+/// Whether a delivery for a waiter on `context` may queue at this thread's open level. The level's
+/// own context is asked of the execution that opened it only now, the first time: most
+/// completions release nothing, and asking costs a virtual call and, for a type-erased executor,
+/// a copy of it.
 [[nodiscard]] inline bool trampoline_accepts(const void* context) noexcept {
-  return tl_trampoline.context != nullptr && tl_trampoline.context == context;
+  Trampoline& t = tl_trampoline;
+  if (!t.open) return false;
+  if (!t.resolved) {
+    t.context = t.opener != nullptr ? t.resolve(t.opener) : nullptr;
+    t.opener = nullptr;
+    t.resolved = true;
+  }
+  return t.context != nullptr && t.context == context;
+}
+
+/// The execution `opener` ends: a level it opened and never resolved can no longer ask it, and
+/// accepts nothing from here on (grants made later go through their executors).
+inline void trampoline_forget(const void* opener) noexcept {
+  Trampoline& t = tl_trampoline;
+  if (t.opener == opener) {
+    t.opener = nullptr;
+    t.context = nullptr;
+    t.resolved = true;
+  }
 }
 
 /// Queues `job` at the open level (trampoline_accepts() said yes).
@@ -61,22 +88,25 @@ inline void trampoline_push(TrampolineJob* job) noexcept {
 /// work is done, or flush() if that work throws.
 class TrampolineLevel {
  public:
-  /// `context`: the io_context whose plain executor the entry point's execution runs on, or
-  /// nullptr (a strand, another executor): no level of its own then. `initiating`: the entry point
-  /// was reached inside an initiating function (an operation that completed at once), where no
-  /// other execution may run.
-  TrampolineLevel(const void* context, bool initiating) noexcept {
+  /// `opener`: the execution whose completion this is; `resolve(opener)` names the io_context
+  /// whose plain executor it runs on, or nullptr (a strand, another executor: the level then
+  /// accepts nothing). `initiating`: the entry point was reached inside an initiating function (an
+  /// operation that completed at once), where no other execution may run: no level.
+  TrampolineLevel(const void* opener, const void* (*resolve)(const void*) noexcept,
+                  bool initiating) noexcept {
     Trampoline& t = tl_trampoline;
     if (t.from_drain) {
       t.from_drain = false;
       return;
     }
-    if (context == nullptr || initiating || t.suppressed != 0) return;
-    saved_head_ = t.head;
-    saved_tail_ = t.tail;
-    saved_context_ = t.context;
+    if (initiating || t.suppressed != 0) return;
+    saved_ = Saved{t.head, t.tail, t.context, t.opener, t.resolve, t.open, t.resolved};
     t.head = t.tail = nullptr;
-    t.context = context;
+    t.context = nullptr;
+    t.opener = opener;
+    t.resolve = resolve;
+    t.open = true;
+    t.resolved = false;
     owns_ = true;
   }
   TrampolineLevel(const TrampolineLevel&) = delete;
@@ -91,10 +121,17 @@ class TrampolineLevel {
 
  private:
   void close() noexcept;
+  struct Saved {
+    TrampolineJob* head;
+    TrampolineJob* tail;
+    const void* context;
+    const void* opener;
+    const void* (*resolve)(const void*) noexcept;
+    bool open;
+    bool resolved;
+  };
   bool owns_ = false;
-  TrampolineJob* saved_head_ = nullptr;
-  TrampolineJob* saved_tail_ = nullptr;
-  const void* saved_context_ = nullptr;
+  Saved saved_{};
 };
 
 /// Marks a cancellation emitted into user code (see Trampoline::suppressed).
