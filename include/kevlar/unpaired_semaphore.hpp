@@ -682,8 +682,6 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
     if constexpr (erased) {
       if (io_.ex) {
         if constexpr (inline_grant) {
-          // Whether the context was stopped is checked once, by the drain: io_context::stopped()
-          // takes the scheduler's lock.
           if (detail::trampoline_accepts(&io_.ex->context()) && io_.ex->running_in_this_thread()) {
             this->detail::TrampolineJob::run = &AcquireOp::run_inline;
             this->detail::TrampolineJob::runnable = &AcquireOp::still_running_here;
@@ -735,7 +733,11 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
   static bool still_running_here(const detail::TrampolineJob* job) noexcept {
     if constexpr (erased) {
       const auto& ex = *static_cast<const AcquireOp*>(job)->io_.ex;
-      return ex.running_in_this_thread() && !ex.context().stopped();
+      // Like asio::dispatch: running on this thread is enough. A stop() made by the releasing
+      // completion's own handler does not hold the grant back (the granted call's operation
+      // starts, and its completion waits for the next run()); asking io_context::stopped() would
+      // take the scheduler's lock for every grant.
+      return ex.running_in_this_thread();
     } else {
       (void)job;
       return false;

@@ -8,12 +8,12 @@ namespace kevlar::detail {
 /// A queue wait's delivery that the engine may run itself on this thread, instead of a hop
 /// through the waiter's executor. Only kevlar's own waiters opt in (QueueWaitHandler), and only
 /// when the waiter's executor is a plain executor of the io_context the open level belongs to,
-/// running (not stopped) on this thread.
+/// running on this thread.
 struct TrampolineJob {
   TrampolineJob* next = nullptr;
   /// Delivers now, on this thread (frees the job; may throw what the handler throws).
   void (*run)(TrampolineJob*) = nullptr;
-  /// Whether the waiter's io_context still runs on this thread and has not been stopped.
+  /// Whether the waiter's io_context still runs on this thread (as asio::dispatch asks).
   bool (*runnable)(const TrampolineJob*) noexcept = nullptr;
   /// Delivers through the waiter's executor instead, as if the trampoline did not exist.
   void (*reschedule)(TrampolineJob*) noexcept = nullptr;
