@@ -216,26 +216,9 @@ bool CallBase::start_wait() {
 
 // ---- the trampoline ----------------------------------------------------------------------------
 
-void TrampolineLevel::close() noexcept {
-  Trampoline& t = tl_trampoline;
-  t.head = saved_.head;
-  t.tail = saved_.tail;
-  t.context = saved_.context;
-  t.opener = saved_.opener;
-  t.resolve = saved_.resolve;
-  t.open = saved_.open;
-  t.resolved = saved_.resolved;
-  owns_ = false;
-}
-
 void TrampolineLevel::flush() noexcept {
   if (!owns_) return;
-  Trampoline& t = tl_trampoline;
-  while (TrampolineJob* job = t.head) {
-    t.head = job->next;
-    if (t.head == nullptr) t.tail = nullptr;
-    job->reschedule(job);
-  }
+  while (TrampolineJob* job = pop()) job->reschedule(job);
   close();
 }
 
@@ -243,9 +226,7 @@ void TrampolineLevel::drain() {
   if (!owns_) return;
   Trampoline& t = tl_trampoline;
   std::size_t ran = 0;
-  while (TrampolineJob* job = t.head) {
-    t.head = job->next;
-    if (t.head == nullptr) t.tail = nullptr;
+  while (TrampolineJob* job = pop()) {
     if (++ran > trampoline_limit || !job->runnable(job)) {
       job->reschedule(job);
       continue;

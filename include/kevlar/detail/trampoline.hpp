@@ -19,23 +19,17 @@ struct TrampolineJob {
   void (*reschedule)(TrampolineJob*) noexcept = nullptr;
 };
 
-/// The calling thread's pending deliveries, per level. An engine entry point (an operation's or
-/// a wait's completion) that runs on a plain io_context executor opens a level for that context:
-/// grants for waiters of the same context, made while it runs, queue here, and the entry point
-/// runs them itself just before it returns, instead of sending each through the scheduler. A
-/// nested event loop's entry points open levels of their own, so a grant never waits for a frame
-/// below the loop that needs it.
+class TrampolineLevel;
+
+/// The calling thread's trampoline. An engine entry point (an operation's or a wait's completion)
+/// that runs on a plain io_context executor opens a level for that context: grants for waiters of
+/// the same context, made while it runs, queue at the level, and the entry point runs them itself
+/// just before it returns, instead of sending each through the scheduler. A nested event loop's
+/// entry points open levels of their own, so a grant never waits for a frame below the loop that
+/// needs it. Each level lives on its entry point's stack; the thread keeps one pointer to the
+/// innermost, so opening and closing one costs two stores.
 struct Trampoline {
-  TrampolineJob* head = nullptr;
-  TrampolineJob* tail = nullptr;
-  /// The io_context of the innermost open level, once resolved (nullptr: it accepts nothing).
-  const void* context = nullptr;
-  /// The execution that opened the innermost level, until its context is resolved or it ends.
-  const void* opener = nullptr;
-  /// Asks `opener` for its io_context (or nullptr), the first time a grant is offered.
-  const void* (*resolve)(const void* opener) noexcept = nullptr;
-  bool open = false;      ///< a level is open on this thread
-  bool resolved = false;  ///< `context` holds the innermost level's answer
+  TrampolineLevel* level = nullptr;  ///< the innermost open level (nullptr: none)
   /// Set by a drain around each delivery it runs: the entry point that delivery reaches joins the
   /// drain's level instead of opening one (the drain stays flat).
   bool from_drain = false;
@@ -49,40 +43,6 @@ inline constinit thread_local Trampoline tl_trampoline{};
 /// Deliveries one level runs itself; later ones go through their executors (other handlers get
 /// their turn).
 inline constexpr std::size_t trampoline_limit = 8;
-
-/// Whether a delivery for a waiter on `context` may queue at this thread's open level. The level's
-/// own context is asked of the execution that opened it only now, the first time: most
-/// completions release nothing, and asking costs a virtual call and, for a type-erased executor,
-/// a copy of it.
-[[nodiscard]] inline bool trampoline_accepts(const void* context) noexcept {
-  Trampoline& t = tl_trampoline;
-  if (!t.open) return false;
-  if (!t.resolved) {
-    t.context = t.opener != nullptr ? t.resolve(t.opener) : nullptr;
-    t.opener = nullptr;
-    t.resolved = true;
-  }
-  return t.context != nullptr && t.context == context;
-}
-
-/// The execution `opener` ends: a level it opened and never resolved can no longer ask it, and
-/// accepts nothing from here on (grants made later go through their executors).
-inline void trampoline_forget(const void* opener) noexcept {
-  Trampoline& t = tl_trampoline;
-  if (t.opener == opener) {
-    t.opener = nullptr;
-    t.context = nullptr;
-    t.resolved = true;
-  }
-}
-
-/// Queues `job` at the open level (trampoline_accepts() said yes).
-inline void trampoline_push(TrampolineJob* job) noexcept {
-  Trampoline& t = tl_trampoline;
-  job->next = nullptr;
-  (t.tail != nullptr ? t.tail->next : t.head) = job;
-  t.tail = job;
-}
 
 /// One engine entry point's level. Construct it first thing; call drain() when the entry point's
 /// work is done, or flush() if that work throws.
@@ -100,13 +60,10 @@ class TrampolineLevel {
       return;
     }
     if (initiating || t.suppressed != 0) return;
-    saved_ = Saved{t.head, t.tail, t.context, t.opener, t.resolve, t.open, t.resolved};
-    t.head = t.tail = nullptr;
-    t.context = nullptr;
-    t.opener = opener;
-    t.resolve = resolve;
-    t.open = true;
-    t.resolved = false;
+    opener_ = opener;
+    resolve_ = resolve;
+    outer_ = t.level;
+    t.level = this;
     owns_ = true;
   }
   TrampolineLevel(const TrampolineLevel&) = delete;
@@ -119,20 +76,74 @@ class TrampolineLevel {
   /// Sends this level's deliveries through their executors and closes it.
   void flush() noexcept;
 
+  /// Whether a delivery for a waiter on `context` may queue here. The level's own context is
+  /// asked of the execution that opened it only now, the first time: most completions release
+  /// nothing, and asking costs a virtual call and, for a type-erased executor, a copy of it.
+  [[nodiscard]] bool accepts(const void* context) noexcept {
+    if (!resolved_) {
+      context_ = opener_ != nullptr ? resolve_(opener_) : nullptr;
+      opener_ = nullptr;
+      resolved_ = true;
+    }
+    return context_ != nullptr && context_ == context;
+  }
+  /// The execution `opener` ends: if it opened this level and never resolved it, the level can no
+  /// longer ask it, and accepts nothing from here on.
+  void forget(const void* opener) noexcept {
+    if (opener_ == opener) {
+      opener_ = nullptr;
+      context_ = nullptr;
+      resolved_ = true;
+    }
+  }
+  /// Queues `job` (accepts() said yes).
+  void push(TrampolineJob* job) noexcept {
+    job->next = nullptr;
+    (tail_ != nullptr ? tail_->next : head_) = job;
+    tail_ = job;
+  }
+
  private:
-  void close() noexcept;
-  struct Saved {
-    TrampolineJob* head;
-    TrampolineJob* tail;
-    const void* context;
-    const void* opener;
-    const void* (*resolve)(const void*) noexcept;
-    bool open;
-    bool resolved;
-  };
+  void close() noexcept {
+    tl_trampoline.level = outer_;
+    owns_ = false;
+  }
+  TrampolineJob* pop() noexcept {
+    TrampolineJob* job = head_;
+    if (job != nullptr) {
+      head_ = job->next;
+      if (head_ == nullptr) tail_ = nullptr;
+    }
+    return job;
+  }
+
+  TrampolineJob* head_ = nullptr;
+  TrampolineJob* tail_ = nullptr;
+  /// The io_context this level accepts, once resolved (nullptr: it accepts nothing).
+  const void* context_ = nullptr;
+  /// The execution that opened the level, until its context is resolved or it ends.
+  const void* opener_ = nullptr;
+  const void* (*resolve_)(const void* opener) noexcept = nullptr;
+  TrampolineLevel* outer_ = nullptr;
+  bool resolved_ = false;
   bool owns_ = false;
-  Saved saved_{};
 };
+
+/// Whether a delivery for a waiter on `context` may queue at this thread's innermost open level.
+[[nodiscard]] inline bool trampoline_accepts(const void* context) noexcept {
+  TrampolineLevel* level = tl_trampoline.level;
+  return level != nullptr && level->accepts(context);
+}
+
+/// The execution `opener` ends: the innermost level, if it opened it, stops asking it.
+inline void trampoline_forget(const void* opener) noexcept {
+  if (TrampolineLevel* level = tl_trampoline.level) level->forget(opener);
+}
+
+/// Queues `job` at the innermost open level (trampoline_accepts() said yes).
+inline void trampoline_push(TrampolineJob* job) noexcept {
+  tl_trampoline.level->push(job);
+}
 
 /// Marks a cancellation emitted into user code (see Trampoline::suppressed).
 class TrampolineSuppressed {
