@@ -4,6 +4,9 @@
 // one-shot promise; call B queues; the promise is completed; both are awaited; B returns 42. The
 // pairs run back to back inside one io_context::run() (see run_pair).
 //   <semaphore>: unpaired        — kevlar's limiter (one ledger word + the unpaired semaphore)
+//                no_limiter_control — the shape's floor on Asio: no shield and no limiter; A and B
+//                                  are the bare operations and A's completion starts B's
+//                                  operation itself, where the limiter would grant B
 //                mutex_control   — the same limiter design, two objects as in Kevlar (interlocked
 //                                  counters + a semaphore that only carries wake-ups), waking
 //                                  through MutexDequeSemaphore (the SemaphoreSlim analog)
@@ -37,6 +40,8 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 namespace {
 
@@ -123,6 +128,42 @@ bool queued(const TwoObjectLimiter<Sem>& s) noexcept {
   return s.waiting() > 0;
 }
 
+/// no_limiter_control's stand-in for a limiter: the pair without kevlar (see Gate).
+struct NoLimiter {};
+
+/// no_limiter_control's call B: parked until open(), which starts B's operation (async_answer)
+/// right there with B's handler, as a grant starts a queued call's operation inside the releasing
+/// completion. One wait at a time per handler type; no allocation.
+class Gate {
+ public:
+  template <class Token>
+  auto wait(Token&& token) {
+    return asio::async_initiate<Token, void(error_code, int)>(
+        [this](auto handler) {
+          using H = decltype(handler);
+          Slot<H>::value.emplace(std::move(handler));
+          open_ = &open_slot<H>;
+        },
+        token);
+  }
+  /// Starts the parked call's operation; a wait must be pending.
+  void open() { std::exchange(open_, nullptr)(); }
+  [[nodiscard]] bool pending() const noexcept { return open_ != nullptr; }
+
+ private:
+  template <class H>
+  struct Slot {
+    static inline std::optional<H> value;
+  };
+  template <class H>
+  static void open_slot() {
+    H h(std::move(*Slot<H>::value));
+    Slot<H>::value.reset();
+    async_answer(std::move(h));
+  }
+  void (*open_)() = nullptr;
+};
+
 /// Runs the pairs back to back inside one io_context::run(), as a server's loop runs: each pair
 /// starts from the completion that ends the one before. Asio keeps its per-thread state, the
 /// recycling allocator's cache among it, for the length of one run() call; a harness calling
@@ -149,6 +190,7 @@ void run_pair(benchmark::State& state, const kevlar::Shield& shield, const Strat
     asio::io_context& ioc;
     Caller caller;
     OneShot promise;
+    Gate gate;  // no_limiter_control's call B
     int done = 0;
     int b_value = 0;
     int warm_up = 100;  // untimed pairs first: recycling caches, deadline services
@@ -160,6 +202,10 @@ void run_pair(benchmark::State& state, const kevlar::Shield& shield, const Strat
     void start() {
       done = 0;
       polls = 0;
+      if constexpr (std::is_same_v<Strategy, NoLimiter>) {
+        start_without_limiter();
+        return;
+      }
       if (caller == Caller::callback) {
         shield.execute_async([this](auto t) { return promise.wait(std::move(t)); },
                              asio::bind_executor(ioc, [this](error_code, int) { one_done(); }));
@@ -195,12 +241,57 @@ void run_pair(benchmark::State& state, const kevlar::Shield& shield, const Strat
       }
       fire_when_b_queued();
     }
+    // The same two calls without kevlar: A's completion runs A's handler, then starts B's
+    // operation, in the order a grant runs after the releasing call's handler.
+    void start_without_limiter() {
+      if (caller == Caller::callback) {
+        promise.wait(asio::bind_executor(ioc, [this](error_code, int) {
+          one_done();
+          gate.open();
+        }));
+        gate.wait(asio::bind_executor(ioc, [this](error_code ec, int v) {
+          b_value = ec ? -1 : v;
+          one_done();
+        }));
+      } else {
+        asio::co_spawn(
+            ioc,
+            [this]() -> asio::awaitable<void> {
+              try {
+                co_await promise.wait(asio::deferred);
+              } catch (...) {
+              }
+              one_done();
+              gate.open();
+            },
+            asio::detached);
+        asio::co_spawn(
+            ioc,
+            [this]() -> asio::awaitable<void> {
+              try {
+                b_value = co_await gate.wait(asio::deferred);
+              } catch (...) {
+                b_value = -1;
+              }
+              one_done();
+            },
+            asio::detached);
+      }
+      fire_when_b_queued();
+    }
+    [[nodiscard]] bool b_parked() const noexcept {
+      if constexpr (std::is_same_v<Strategy, NoLimiter>) {
+        return gate.pending();
+      } else {
+        return queued(limiter);
+      }
+    }
     // A takes the permit and parks on the promise, then B queues. Started from inside the loop,
     // both happen before start() returns (co_spawn runs a coroutine inline up to its first
     // suspension when already on its executor); the check stays, so that a pair in which B did not
     // queue is reported rather than measured. The promise fires only then.
     void fire_when_b_queued() {
-      if (promise.pending() && (queued(limiter) || done > 0)) {
+      if (promise.pending() && (b_parked() || done > 0)) {
         // done > 0: B ran first, without queueing; A waits on the promise now. Not a queued
         // handoff: the run ends with an error after this pair.
         if (done > 0) b_was_queued = false;
@@ -271,6 +362,19 @@ auto channel_control = [](asio::io_context& ioc) {
       1, 1, ioc.get_executor(), 0u, 1u);
 };
 
+void no_limiter_pair(benchmark::State& state, Caller caller, Regime regime) {
+  asio::io_context ioc(1);
+  const NoLimiter none;
+  run_pair(state, kevlar::Shield{}, none, ioc, caller, regime,
+           regime == Regime::idle
+               ? "idle loop; the shape without kevlar; ns and allocations per pair"
+               : "live I/O (pending timer); the shape without kevlar; ns and allocations per pair");
+}
+
+#define KEVLAR_PAIR_FLOOR(caller, regime)                                               \
+  BENCHMARK_CAPTURE(no_limiter_pair, caller##_##regime, Caller::caller, Regime::regime) \
+      ->Name("BM_QueuedHandoffPair/no_limiter_control/" #caller "/" #regime)
+
 #define KEVLAR_PAIR(sem, caller, regime)                                            \
   BENCHMARK_CAPTURE(pair_benchmark, sem##_##caller##_##regime, sem, Caller::caller, \
                     Regime::regime)                                                 \
@@ -288,6 +392,10 @@ KEVLAR_PAIR(channel_control, callback, live_io);
 KEVLAR_PAIR(unpaired, coroutine, live_io);
 KEVLAR_PAIR(mutex_control, coroutine, live_io);
 KEVLAR_PAIR(channel_control, coroutine, live_io);
+KEVLAR_PAIR_FLOOR(callback, idle);
+KEVLAR_PAIR_FLOOR(coroutine, idle);
+KEVLAR_PAIR_FLOOR(callback, live_io);
+KEVLAR_PAIR_FLOOR(coroutine, live_io);
 
 // ---- uncontended and contended
 // -------------------------------------------------------------------
