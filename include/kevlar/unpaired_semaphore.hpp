@@ -734,9 +734,9 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
     if constexpr (erased) {
       const auto& ex = *static_cast<const AcquireOp*>(job)->io_.ex;
       // Like asio::dispatch: running on this thread is enough. A stop() made by the releasing
-      // completion's own handler does not hold the grant back (the granted call's operation
-      // starts, and its completion waits for the next run()); asking io_context::stopped() would
-      // take the scheduler's lock for every grant.
+      // completion's own handler does not hold the grant back: the granted call goes on right
+      // there (what it posts waits for the next run()). Asking io_context::stopped() would take
+      // the scheduler's lock for every grant.
       return ex.running_in_this_thread();
     } else {
       (void)job;

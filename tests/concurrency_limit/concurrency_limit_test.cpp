@@ -640,6 +640,29 @@ TEST_F(LimiterTest, AGrantFromAHandlerThatStopsTheLoopStartsItsCallAndCompletesI
   EXPECT_TRUE(results.finished(2));
 }
 
+// ...and a granted call that ends without an operation (a later layer rejects it) has its handler
+// run right there, after the stop(), as a dispatch would.
+TEST_F(LimiterTest, AGrantedCallThatEndsAtOnceAfterAStopRunsItsHandlerInTheReleasingCompletion) {
+  auto limiter = make_limiter(1, 1);
+  bool reject = false;
+  const Shield s = Shield{}.use(limiter).use(std::make_shared<RejectWhile>(&reject));
+  s.execute_async(ops.attempt(1), asio::bind_executor(ioc, [&](error_code ec, int) {
+                    results.done[1] = ec;
+                    ioc.stop();
+                  }));
+  start(s, 2);
+  ioc.poll();
+  ASSERT_EQ(limiter->state().queued, 1U);
+  reject = true;
+  ops.complete(1);
+  EXPECT_EQ(ioc.poll(), 1U);
+  EXPECT_TRUE(ioc.stopped());
+  ASSERT_TRUE(results.finished(2)) << "the granted call ran like a dispatch";
+  EXPECT_EQ(results.done[2], errc::circuit_open);
+  EXPECT_FALSE(ops.pending(2));
+  EXPECT_EQ(limiter->state().available, 1U);
+}
+
 // A release made on a strand does not run a plain-executor waiter inside that strand's handler.
 TEST_F(LimiterTest, AGrantNeverRunsInsideAnotherCallersStrand) {
   auto limiter = make_limiter(1, 1);

@@ -1,6 +1,8 @@
 // kevlar — internal: grants of kevlar's own queue waits run on the releasing thread.
 #pragma once
 
+#include <boost/assert.hpp>
+
 #include <cstddef>
 
 namespace kevlar::detail {
@@ -68,7 +70,11 @@ class TrampolineLevel {
   }
   TrampolineLevel(const TrampolineLevel&) = delete;
   TrampolineLevel& operator=(const TrampolineLevel&) = delete;
-  ~TrampolineLevel() = default;
+  /// A level left open (its entry point neither drained nor flushed it) must not stay linked from
+  /// the thread: its deliveries go through their executors.
+  ~TrampolineLevel() {
+    if (owns_) flush();
+  }
 
   /// Runs this level's deliveries (up to trampoline_limit; the rest through their executors) and
   /// closes it. If a delivery throws, the others go through their executors and it propagates.
@@ -105,6 +111,7 @@ class TrampolineLevel {
 
  private:
   void close() noexcept {
+    BOOST_ASSERT(tl_trampoline.level == this);  // levels close innermost first
     tl_trampoline.level = outer_;
     owns_ = false;
   }
