@@ -141,18 +141,11 @@ TEST(RetryAsync, AnAllocationFailureWhileArmingTheBackoffFailsTheCall) {
                            ++completions;
                            got = ec;
                          }));
-    bool threw = false;
-    kevlar::testing::fail_allocation_after(n);  // the first attempt fails, then the wait is armed
-    try {
-      ioc.poll();
-    } catch (const std::bad_alloc&) {
-      threw = true;
-    }
-    const bool fired = !kevlar::testing::allocation_failure_armed();
-    kevlar::testing::disarm_allocation_failure();
-    if (!fired) break;  // the poll allocated fewer than n + 1 times: every point was covered
+    // The first attempt fails, then the wait is armed.
+    const auto injected = kevlar::testing::inject_allocation_failure(n, [&] { ioc.poll(); });
+    if (!injected.fired) break;  // the poll allocated fewer than n + 1 times: all covered
     ++failures;
-    EXPECT_FALSE(threw) << "allocation " << n << ": the failure escaped the loop";
+    EXPECT_FALSE(injected.threw) << "allocation " << n << ": the failure escaped the loop";
     for (int i = 0; i < 4 && completions == 0; ++i) {
       clock->advance(1s);
       ioc.restart();

@@ -73,16 +73,10 @@ TEST(UnpairedSemaphoreAlloc, EveryAllocationPointOfAWaitIsSafe) {
   for (std::uint64_t n = 0; n < 16; ++n) {
     asio::cancellation_signal sig;  // fresh: its handler memory is not yet allocated
     Outcome o;
-    fail_allocation_after(n);
-    bool threw = false;
-    try {
+    const auto [fired, threw] = kevlar::testing::inject_allocation_failure(n, [&] {
       sem.async_acquire(
           asio::bind_cancellation_slot(sig.slot(), asio::bind_allocator(alloc, record(ioc, o))));
-    } catch (const std::bad_alloc&) {
-      threw = true;
-    }
-    const bool fired = !allocation_failure_armed();
-    disarm_allocation_failure();
+    });
     // A failed initiation gives back the work it counted, which stops an otherwise idle context
     // (as Asio's own operations do); make it runnable again.
     ioc.restart();

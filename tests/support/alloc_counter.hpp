@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 
 namespace kevlar::testing {
 
@@ -27,6 +28,30 @@ void fail_allocation_after(std::uint64_t n) noexcept;
 void disarm_allocation_failure() noexcept;
 /// True if an armed failure has not fired yet.
 [[nodiscard]] bool allocation_failure_armed() noexcept;
+
+/// What an injected allocation failure did to one step (see inject_allocation_failure).
+struct InjectedFailure {
+  bool fired = false;  ///< the step made the failing allocation
+  bool threw = false;  ///< std::bad_alloc left the step
+};
+
+/// Runs `step` with the allocation `n` allocations from now failing on this thread, then disarms:
+/// whether the failure fired and whether std::bad_alloc came out of the step (it is caught). A
+/// sweep over every allocation point of a step loops `n` from 0 and stops at the first `n` that did
+/// not fire (the step allocated fewer than n + 1 times).
+template <class Step>
+InjectedFailure inject_allocation_failure(std::uint64_t n, Step&& step) {
+  InjectedFailure result;
+  fail_allocation_after(n);
+  try {
+    step();
+  } catch (const std::bad_alloc&) {
+    result.threw = true;
+  }
+  result.fired = !allocation_failure_armed();
+  disarm_allocation_failure();
+  return result;
+}
 
 /// Counts the calling thread's allocations between construction and count()/bytes().
 class AllocScope {

@@ -433,14 +433,10 @@ TEST_F(Timeout, AnAllocationFailureWhileArmingLeavesTheQueueUsable) {
     asio::steady_timer second_hang(local);
     asio::steady_timer spacer_hang(ioc);
     std::optional<error_code> second;
-    kevlar::testing::fail_allocation_after(n);
-    try {
+    const auto injected = kevlar::testing::inject_allocation_failure(n, [&] {
       shield.execute_async(Hang{&first_hang}, asio::bind_executor(local, [](error_code) {}));
-    } catch (const std::bad_alloc&) {
-    }
-    const bool fired = !kevlar::testing::allocation_failure_armed();
-    kevlar::testing::disarm_allocation_failure();
-    if (!fired) break;  // the call allocated fewer than n + 1 times: every point was covered
+    });
+    if (!injected.fired) break;  // the call allocated fewer than n + 1 times: all covered
     ++failures;
     local.restart();
     local.poll();  // a call that failed completes here
@@ -642,18 +638,10 @@ TEST_F(Timeout, AnAllocationFailureWhileExpiringDelaysTheTimeoutButNeverLosesIt)
         CountsCancellation{&cancels, &slot},
         asio::bind_executor(test::HeldExecutor(local, held), [&](error_code ec) { got = ec; }));
     clock->advance(1s);
-    bool threw = false;
-    kevlar::testing::fail_allocation_after(n);
-    try {
-      local.poll();
-    } catch (const std::bad_alloc&) {
-      threw = true;
-    }
-    const bool fired = !kevlar::testing::allocation_failure_armed();
-    kevlar::testing::disarm_allocation_failure();
-    if (!fired) break;  // the expiry allocated fewer than n + 1 times: every point was covered
+    const auto injected = kevlar::testing::inject_allocation_failure(n, [&] { local.poll(); });
+    if (!injected.fired) break;  // the expiry allocated fewer than n + 1 times: all covered
     ++failures;
-    EXPECT_TRUE(threw) << n;
+    EXPECT_TRUE(injected.threw) << n;
     for (int i = 0; i < 4 && held.size() == 0; ++i) {
       local.restart();
       local.poll();
@@ -679,17 +667,12 @@ TEST(TimeoutOnTheSteadyClock, AnAllocationFailureWhileArmingLeavesTheQueueUsable
     asio::steady_timer second_hang(local);
     std::optional<error_code> first;
     std::optional<error_code> second;
-    kevlar::testing::fail_allocation_after(n);
-    bool started = true;
-    try {
+    const auto injected = kevlar::testing::inject_allocation_failure(n, [&] {
       shield.execute_async(Hang{&first_hang},
                            asio::bind_executor(local, [&](error_code ec) { first = ec; }));
-    } catch (const std::bad_alloc&) {
-      started = false;
-    }
-    const bool fired = !kevlar::testing::allocation_failure_armed();
-    kevlar::testing::disarm_allocation_failure();
-    if (!fired) break;
+    });
+    if (!injected.fired) break;
+    const bool started = !injected.threw;
     ++failures;
     // A second call on the same context arms the queue's timer whatever happened to the first.
     shield.execute_async(Hang{&second_hang},
