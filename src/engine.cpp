@@ -236,8 +236,7 @@ void TrampolineLevel::drain() {
       job->run(job);
     } catch (...) {
       t.from_drain = false;
-      flush();
-      throw;
+      throw;  // the destructor sends the deliveries left through their executors
     }
     t.from_drain = false;
   }
@@ -245,24 +244,16 @@ void TrampolineLevel::drain() {
 }
 
 void CallBase::operation_completed() {
+  // If the step throws, the level's destructor sends its deliveries through their executors.
   TrampolineLevel level(this, &CallBase::resolve_trampoline, tl_initiating_call != nullptr);
-  try {
-    resume_after_operation();
-  } catch (...) {
-    level.flush();
-    throw;
-  }
+  resume_after_operation();
   level.drain();
 }
 
 void CallBase::wait_completed(const boost::system::error_code& ec) {
+  // If the step throws, the level's destructor sends its deliveries through their executors.
   TrampolineLevel level(this, &CallBase::resolve_trampoline, tl_initiating_call != nullptr);
-  try {
-    resume_after_wait(ec);
-  } catch (...) {
-    level.flush();
-    throw;
-  }
+  resume_after_wait(ec);
   level.drain();
 }
 

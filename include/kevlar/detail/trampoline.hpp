@@ -46,8 +46,9 @@ inline constinit thread_local Trampoline tl_trampoline{};
 /// their turn).
 inline constexpr std::size_t trampoline_limit = 8;
 
-/// One engine entry point's level. Construct it first thing; call drain() when the entry point's
-/// work is done, or flush() if that work throws.
+/// One engine entry point's level. Construct it first thing and call drain() when the entry
+/// point's work is done; if that work throws, the destructor sends the level's deliveries through
+/// their executors.
 class TrampolineLevel {
  public:
   /// `opener`: the execution whose completion this is; `resolve(opener)` names the io_context
@@ -70,17 +71,16 @@ class TrampolineLevel {
   }
   TrampolineLevel(const TrampolineLevel&) = delete;
   TrampolineLevel& operator=(const TrampolineLevel&) = delete;
-  /// A level left open (its entry point neither drained nor flushed it) must not stay linked from
+  /// A level not drained (its entry point's work, or a delivery, threw) must not stay linked from
   /// the thread: its deliveries go through their executors.
   ~TrampolineLevel() {
     if (owns_) flush();
   }
 
   /// Runs this level's deliveries (up to trampoline_limit; the rest through their executors) and
-  /// closes it. If a delivery throws, the others go through their executors and it propagates.
+  /// closes it. If a delivery throws, the exception propagates and the destructor sends the rest
+  /// through their executors.
   void drain();
-  /// Sends this level's deliveries through their executors and closes it.
-  void flush() noexcept;
 
   /// Whether a delivery for a waiter on `context` may queue here. The level's own context is
   /// asked of the execution that opened it only now, the first time: most completions release
@@ -110,6 +110,8 @@ class TrampolineLevel {
   }
 
  private:
+  /// Sends this level's deliveries through their executors and closes it.
+  void flush() noexcept;
   void close() noexcept {
     BOOST_ASSERT(tl_trampoline.level == this);  // levels close innermost first
     tl_trampoline.level = outer_;
