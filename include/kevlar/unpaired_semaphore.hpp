@@ -728,28 +728,19 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
     static_cast<AcquireOp*>(node)->schedule(ec);
   }
 
-  // The trampoline's view of a queued delivery (only ever set for erased io_context targets).
+  // The trampoline's view of a queued delivery. Only an erased waiter with an io_context target
+  // is ever pushed (schedule()), so these are instantiated for such ops alone.
   static void run_inline(detail::TrampolineJob* job) { static_cast<AcquireOp*>(job)->deliver(); }
   static bool still_running_here(const detail::TrampolineJob* job) noexcept {
-    if constexpr (erased) {
-      const auto& ex = *static_cast<const AcquireOp*>(job)->io_.ex;
-      // Like asio::dispatch: running on this thread is enough. A stop() made by the releasing
-      // completion's own handler does not hold the grant back: the granted call goes on right
-      // there (what it posts waits for the next run()). Asking io_context::stopped() would take
-      // the scheduler's lock for every grant.
-      return ex.running_in_this_thread();
-    } else {
-      (void)job;
-      return false;
-    }
+    // Like asio::dispatch: running on this thread is enough. A stop() made by the releasing
+    // completion's own handler does not hold the grant back: the granted call goes on right
+    // there (what it posts waits for the next run()). Asking io_context::stopped() would take
+    // the scheduler's lock for every grant.
+    return static_cast<const AcquireOp*>(job)->io_.ex->running_in_this_thread();
   }
   static void reschedule_job(detail::TrampolineJob* job) noexcept {
     auto* op = static_cast<AcquireOp*>(job);
-    if constexpr (erased) {
-      op->io_.ex->execute(Delivery{op});
-    } else {
-      op->assoc_.ex->execute(Delivery{op});
-    }
+    op->io_.ex->execute(Delivery{op});
   }
 
   struct CancelHandler {
