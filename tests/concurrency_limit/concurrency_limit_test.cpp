@@ -42,8 +42,16 @@ std::shared_ptr<Limiter> make_limiter(int max, int queue) {
 /// Records how each execution completed.
 struct Results {
   std::map<int, error_code> done;
+  /// Records, then runs `then()` (which may stop the loop or throw).
+  template <class Then>
+  auto handler(asio::io_context& ioc, int id, Then then) {
+    return asio::bind_executor(ioc, [this, id, then](error_code ec, int) {
+      done[id] = ec;
+      then();
+    });
+  }
   auto handler(asio::io_context& ioc, int id) {
-    return asio::bind_executor(ioc, [this, id](error_code ec, int) { done[id] = ec; });
+    return handler(ioc, id, [] {});
   }
   bool finished(int id) const { return done.count(id) != 0; }
 };
@@ -548,10 +556,7 @@ TEST_F(LimiterTest, AChainOfGrantsYieldsToOtherHandlersAfterTheLimit) {
   reject = true;
   std::vector<int> order;
   for (int id = 1; id <= 20; ++id) {
-    s.execute_async(ops.attempt(id), asio::bind_executor(ioc, [&, id](error_code ec, int) {
-                      results.done[id] = ec;
-                      order.push_back(id);
-                    }));
+    s.execute_async(ops.attempt(id), results.handler(ioc, id, [&, id] { order.push_back(id); }));
   }
   ioc.poll();
   ASSERT_EQ(limiter->state().queued, 20U);
@@ -621,10 +626,7 @@ TEST_F(LimiterTest, AGrantInsideANestedLoopRunsInThatLoop) {
 TEST_F(LimiterTest, AGrantFromAHandlerThatStopsTheLoopStartsItsCallAndCompletesInTheNextRun) {
   auto limiter = make_limiter(1, 1);
   const Shield s = Shield{}.use(limiter);
-  s.execute_async(ops.attempt(1), asio::bind_executor(ioc, [&](error_code ec, int) {
-                    results.done[1] = ec;
-                    ioc.stop();
-                  }));
+  s.execute_async(ops.attempt(1), results.handler(ioc, 1, [&] { ioc.stop(); }));
   start(s, 2);
   ioc.poll();
   ops.complete(1);
@@ -646,10 +648,7 @@ TEST_F(LimiterTest, AGrantedCallThatEndsAtOnceAfterAStopRunsItsHandlerInTheRelea
   auto limiter = make_limiter(1, 1);
   bool reject = false;
   const Shield s = Shield{}.use(limiter).use(std::make_shared<RejectWhile>(&reject));
-  s.execute_async(ops.attempt(1), asio::bind_executor(ioc, [&](error_code ec, int) {
-                    results.done[1] = ec;
-                    ioc.stop();
-                  }));
+  s.execute_async(ops.attempt(1), results.handler(ioc, 1, [&] { ioc.stop(); }));
   start(s, 2);
   ioc.poll();
   ASSERT_EQ(limiter->state().queued, 1U);
@@ -699,10 +698,9 @@ TEST_F(LimiterTest, AThrowingHandlerInAChainOfGrantsLosesNoCall) {
   struct Thrown {};
   int thrown = 0;
   for (int id = 1; id <= 5; ++id) {
-    s.execute_async(ops.attempt(id), asio::bind_executor(ioc, [&, id](error_code ec, int) {
-                      results.done[id] = ec;
-                      if (id == 2) throw Thrown{};
-                    }));
+    s.execute_async(ops.attempt(id), results.handler(ioc, id, [id] {
+      if (id == 2) throw Thrown{};
+    }));
   }
   ioc.poll();
   ops.complete(0);
