@@ -131,37 +131,144 @@ bool queued(const TwoObjectLimiter<Sem>& s) noexcept {
 /// no_limiter_control's stand-in for a limiter: the pair without kevlar (see Gate).
 struct NoLimiter {};
 
-/// no_limiter_control's call B: parked until open(), which starts B's operation (async_answer)
+/// no_limiter_control's call B: parked until resume(), which starts B's operation (async_answer)
 /// right there with B's handler, as a grant starts a queued call's operation inside the releasing
-/// completion. One wait at a time per handler type; no allocation.
-class Gate {
- public:
-  template <class Token>
-  auto wait(Token&& token) {
-    return asio::async_initiate<Token, void(error_code, int)>(
-        [this](auto handler) {
-          using H = decltype(handler);
-          Slot<H>::value.emplace(std::move(handler));
-          open_ = &open_slot<H>;
-        },
-        token);
+/// completion.
+struct AnswerNow {
+  template <class H>
+  void operator()(H&& h) const {
+    async_answer(std::forward<H>(h));
   }
-  /// Starts the parked call's operation; a wait must be pending.
-  void open() { std::exchange(open_, nullptr)(); }
-  [[nodiscard]] bool pending() const noexcept { return open_ != nullptr; }
+};
+using Gate = kevlar::testing::ParkedOp<AnswerNow>;
 
- private:
-  template <class H>
-  struct Slot {
-    static inline std::optional<H> value;
-  };
-  template <class H>
-  static void open_slot() {
-    H h(std::move(*Slot<H>::value));
-    Slot<H>::value.reset();
-    async_answer(std::move(h));
+/// One benchmark's pairs, run back to back (see run_pair).
+template <class Strategy>
+struct PairDriver {
+  PairDriver(benchmark::State& st, const kevlar::Shield& sh, const Strategy& lim,
+             asio::io_context& io, Caller c)
+      : state(st), shield(sh), limiter(lim), ioc(io), caller(c) {}
+  benchmark::State& state;
+  const kevlar::Shield& shield;
+  const Strategy& limiter;
+  asio::io_context& ioc;
+  Caller caller;
+  OneShot promise;
+  Gate gate;  // no_limiter_control's call B
+  int done = 0;
+  int b_value = 0;
+  int warm_up = 100;  // untimed pairs first: recycling caches, deadline services
+  bool b_was_queued = true;
+  int polls = 0;
+  std::optional<kevlar::bench::AllocReport> allocs;
+  std::function<void()> finish;
+
+  static constexpr bool no_limiter = std::is_same_v<Strategy, NoLimiter>;
+
+  // Call A: through the shield, or (no_limiter_control) the bare operation.
+  template <class Token>
+  auto call_a(Token&& token) {
+    if constexpr (no_limiter) {
+      return promise.wait(std::forward<Token>(token));
+    } else {
+      return shield.execute_async([this](auto t) { return promise.wait(std::move(t)); },
+                                  std::forward<Token>(token));
+    }
   }
-  void (*open_)() = nullptr;
+  // Call B: through the shield, or parked until A's completion starts its operation.
+  template <class Token>
+  auto call_b(Token&& token) {
+    if constexpr (no_limiter) {
+      return gate.wait(std::forward<Token>(token));
+    } else {
+      return shield.execute_async([](auto t) { return async_answer(std::move(t)); },
+                                  std::forward<Token>(token));
+    }
+  }
+  // A's handler; without kevlar it then starts B's operation, in the order a grant runs after
+  // the releasing call's handler.
+  void a_done() {
+    one_done();
+    if constexpr (no_limiter) gate.resume();
+  }
+  void b_done(int v) {
+    b_value = v;
+    one_done();
+  }
+
+  void start() {
+    done = 0;
+    polls = 0;
+    if (caller == Caller::callback) {
+      call_a(asio::bind_executor(ioc, [this](error_code, int) { a_done(); }));
+      call_b(asio::bind_executor(ioc, [this](error_code ec, int v) { b_done(ec ? -1 : v); }));
+    } else {
+      // A failure is counted all the same: an error must end the run, not hang it.
+      asio::co_spawn(
+          ioc,
+          [this]() -> asio::awaitable<void> {
+            try {
+              co_await call_a(asio::deferred);
+            } catch (...) {
+            }
+            a_done();
+          },
+          asio::detached);
+      asio::co_spawn(
+          ioc,
+          [this]() -> asio::awaitable<void> {
+            int v = -1;
+            try {
+              v = co_await call_b(asio::deferred);
+            } catch (...) {
+            }
+            b_done(v);
+          },
+          asio::detached);
+    }
+    fire_when_b_queued();
+  }
+  [[nodiscard]] bool b_parked() const noexcept {
+    if constexpr (no_limiter) {
+      return gate.pending();
+    } else {
+      return queued(limiter);
+    }
+  }
+  // A takes the permit and parks on the promise, then B queues. Started from inside the loop,
+  // both happen before start() returns (co_spawn runs a coroutine inline up to its first
+  // suspension when already on its executor); the check stays, so that a pair in which B did not
+  // queue is reported rather than measured. The promise fires only then.
+  void fire_when_b_queued() {
+    if (promise.pending() && (b_parked() || done > 0)) {
+      // done > 0: B ran first, without queueing; A waits on the promise now. Not a queued
+      // handoff: the run ends with an error after this pair.
+      if (done > 0) b_was_queued = false;
+      promise.fire();
+      return;
+    }
+    if (++polls > max_fire_polls) {  // neither state came: end the run with an error, not a hang
+      b_was_queued = false;
+      if (promise.pending()) promise.fire();
+      finish();
+      return;
+    }
+    asio::post(ioc, [this] { fire_when_b_queued(); });
+  }
+  void one_done() {
+    if (++done < 2) return;
+    if (warm_up > 0) {
+      --warm_up;
+      start();
+      return;
+    }
+    if (!allocs) allocs.emplace();
+    if (b_was_queued && state.KeepRunning()) {
+      start();
+      return;
+    }
+    finish();
+  }
 };
 
 /// Runs the pairs back to back inside one io_context::run(), as a server's loop runs: each pair
@@ -180,148 +287,7 @@ void run_pair(benchmark::State& state, const kevlar::Shield& shield, const Strat
   }
   auto guard = asio::make_work_guard(ioc);
 
-  struct Driver {
-    Driver(benchmark::State& st, const kevlar::Shield& sh, const Strategy& lim,
-           asio::io_context& io, Caller c)
-        : state(st), shield(sh), limiter(lim), ioc(io), caller(c) {}
-    benchmark::State& state;
-    const kevlar::Shield& shield;
-    const Strategy& limiter;
-    asio::io_context& ioc;
-    Caller caller;
-    OneShot promise;
-    Gate gate;  // no_limiter_control's call B
-    int done = 0;
-    int b_value = 0;
-    int warm_up = 100;  // untimed pairs first: recycling caches, deadline services
-    bool b_was_queued = true;
-    int polls = 0;
-    std::optional<kevlar::bench::AllocReport> allocs;
-    std::function<void()> finish;
-
-    void start() {
-      done = 0;
-      polls = 0;
-      if constexpr (std::is_same_v<Strategy, NoLimiter>) {
-        start_without_limiter();
-        return;
-      }
-      if (caller == Caller::callback) {
-        shield.execute_async([this](auto t) { return promise.wait(std::move(t)); },
-                             asio::bind_executor(ioc, [this](error_code, int) { one_done(); }));
-        shield.execute_async([](auto t) { return async_answer(std::move(t)); },
-                             asio::bind_executor(ioc, [this](error_code ec, int v) {
-                               b_value = ec ? -1 : v;
-                               one_done();
-                             }));
-      } else {
-        asio::co_spawn(
-            ioc,
-            [this]() -> asio::awaitable<void> {
-              try {
-                co_await shield.execute_async(
-                    [this](auto t) { return promise.wait(std::move(t)); });
-              } catch (...) {  // counted all the same: an error must end the run, not hang it
-              }
-              one_done();
-            },
-            asio::detached);
-        asio::co_spawn(
-            ioc,
-            [this]() -> asio::awaitable<void> {
-              try {
-                b_value = co_await shield.execute_async(
-                    [](auto t) { return async_answer(std::move(t)); });
-              } catch (...) {
-                b_value = -1;
-              }
-              one_done();
-            },
-            asio::detached);
-      }
-      fire_when_b_queued();
-    }
-    // The same two calls without kevlar: A's completion runs A's handler, then starts B's
-    // operation, in the order a grant runs after the releasing call's handler.
-    void start_without_limiter() {
-      if (caller == Caller::callback) {
-        promise.wait(asio::bind_executor(ioc, [this](error_code, int) {
-          one_done();
-          gate.open();
-        }));
-        gate.wait(asio::bind_executor(ioc, [this](error_code ec, int v) {
-          b_value = ec ? -1 : v;
-          one_done();
-        }));
-      } else {
-        asio::co_spawn(
-            ioc,
-            [this]() -> asio::awaitable<void> {
-              try {
-                co_await promise.wait(asio::deferred);
-              } catch (...) {
-              }
-              one_done();
-              gate.open();
-            },
-            asio::detached);
-        asio::co_spawn(
-            ioc,
-            [this]() -> asio::awaitable<void> {
-              try {
-                b_value = co_await gate.wait(asio::deferred);
-              } catch (...) {
-                b_value = -1;
-              }
-              one_done();
-            },
-            asio::detached);
-      }
-      fire_when_b_queued();
-    }
-    [[nodiscard]] bool b_parked() const noexcept {
-      if constexpr (std::is_same_v<Strategy, NoLimiter>) {
-        return gate.pending();
-      } else {
-        return queued(limiter);
-      }
-    }
-    // A takes the permit and parks on the promise, then B queues. Started from inside the loop,
-    // both happen before start() returns (co_spawn runs a coroutine inline up to its first
-    // suspension when already on its executor); the check stays, so that a pair in which B did not
-    // queue is reported rather than measured. The promise fires only then.
-    void fire_when_b_queued() {
-      if (promise.pending() && (b_parked() || done > 0)) {
-        // done > 0: B ran first, without queueing; A waits on the promise now. Not a queued
-        // handoff: the run ends with an error after this pair.
-        if (done > 0) b_was_queued = false;
-        promise.fire();
-        return;
-      }
-      if (++polls > max_fire_polls) {  // neither state came: end the run with an error, not a hang
-        b_was_queued = false;
-        if (promise.pending()) promise.fire();
-        finish();
-        return;
-      }
-      asio::post(ioc, [this] { fire_when_b_queued(); });
-    }
-    void one_done() {
-      if (++done < 2) return;
-      if (warm_up > 0) {
-        --warm_up;
-        start();
-        return;
-      }
-      if (!allocs) allocs.emplace();
-      if (b_was_queued && state.KeepRunning()) {
-        start();
-        return;
-      }
-      finish();
-    }
-  };
-  Driver d(state, shield, limiter, ioc, caller);
+  PairDriver<Strategy> d(state, shield, limiter, ioc, caller);
   d.finish = [&] {
     if (live) live->cancel();
     guard.reset();

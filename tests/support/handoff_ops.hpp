@@ -20,9 +20,10 @@
 
 namespace kevlar::testing {
 
-/// Call A's operation: pending until fire() posts its completion `(error_code(), 1)` to the
-/// handler's executor. One wait at a time per handler type.
-class OneShot {
+/// An operation that parks its handler, without allocating, until resume() hands it to `Resume`
+/// (a stateless callable taking the handler). One wait at a time per handler type.
+template <class Resume>
+class ParkedOp {
  public:
   template <class Token>
   auto wait(Token&& token) {
@@ -30,14 +31,14 @@ class OneShot {
         [this](auto handler) {
           using H = decltype(handler);
           Slot<H>::value.emplace(std::move(handler));
-          fire_ = &fire_slot<H>;
+          resume_ = &resume_slot<H>;
         },
         token);
   }
-  /// Posts the pending completion; a wait must be pending.
-  void fire() { std::exchange(fire_, nullptr)(); }
+  /// Hands the parked handler to `Resume`; a wait must be pending.
+  void resume() { std::exchange(resume_, nullptr)(); }
   /// Whether a wait is pending.
-  [[nodiscard]] bool pending() const noexcept { return fire_ != nullptr; }
+  [[nodiscard]] bool pending() const noexcept { return resume_ != nullptr; }
 
  private:
   template <class H>
@@ -45,12 +46,28 @@ class OneShot {
     static inline std::optional<H> value;
   };
   template <class H>
-  static void fire_slot() {
+  static void resume_slot() {
     H h(std::move(*Slot<H>::value));
     Slot<H>::value.reset();
-    boost::asio::post(boost::asio::append(std::move(h), boost::system::error_code(), 1));
+    Resume{}(std::move(h));
   }
-  void (*fire_)() = nullptr;
+  void (*resume_)() = nullptr;
+};
+
+/// Completes a handler through a post with `(error_code(), 1)`.
+struct PostOne {
+  template <class H>
+  void operator()(H&& h) const {
+    boost::asio::post(boost::asio::append(std::forward<H>(h), boost::system::error_code(), 1));
+  }
+};
+
+/// Call A's operation: pending until fire() posts its completion `(error_code(), 1)` to the
+/// handler's executor.
+class OneShot : public ParkedOp<PostOne> {
+ public:
+  /// Posts the pending completion; a wait must be pending.
+  void fire() { resume(); }
 };
 
 /// Call B's operation: completes at once, through a post, with `(error_code(), 42)`.
