@@ -173,7 +173,14 @@ class AsyncCall final : public CallBase {
       std::allocator_traits<BlockAlloc>::deallocate(alloc, mem, blocks);
       throw;
     }
-    call->connect_caller();
+    // Binding the caller's slot allocates (Asio's cancellation handler memory). Nothing has run
+    // yet: a failure destroys the execution, and with it the caller's handler, and propagates.
+    try {
+      call->connect_caller();
+    } catch (...) {
+      call->destroy();
+      throw;
+    }
     const CallBase* previous = std::exchange(tl_initiating_call, call);
     try {
       call->run(Step::run_inner);
