@@ -39,6 +39,10 @@ class Category final : public boost::system::error_category {
         return "a user callback threw an exception that carries no error code";
       case errc::invalid_result_type:
         return "a typed callback does not match the call's result type";
+      case errc::executor_required:
+        return "the call's completion handler has no associated executor, which this shield's "
+               "timeout needs to deliver its expiry: bind one with asio::bind_executor (or use a "
+               "coroutine's token)";
     }
     return "unknown kevlar error " + std::to_string(value);
   }

@@ -22,6 +22,7 @@ void seal(detail::Pipeline& p) {
   p.layers.clear();
   p.layers.reserve(n);
   std::size_t offset = 0;
+  bool needs_executor = false;
   std::vector<StrategyTraits> traits;
   traits.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -29,6 +30,7 @@ void seal(detail::Pipeline& p) {
     p.layers.push_back(detail::PipelineLayer{p.strategies[i].get(), p.clauses[i].get(), offset,
                                              p.clauses[i]->judges_results()});
     offset += round_up(traits.back().frame_size);
+    needs_executor = needs_executor || traits.back().needs_executor;
   }
   for (std::size_t i = 0; i < n; ++i) {
     for (std::size_t j = 0; j < i; ++j) {
@@ -57,6 +59,7 @@ void seal(detail::Pipeline& p) {
   p.view.layers = p.layers.data();
   p.view.size = n;
   p.view.frame_bytes = offset;
+  p.view.needs_executor = needs_executor;
   p.view.clock = p.clock ? p.clock.get() : Clock::steady().get();
 }
 

@@ -25,6 +25,9 @@ enum class errc {
   callback_exception =
       7,  ///< a user callback threw an exception that an error_code path cannot carry
   invalid_result_type = 8,  ///< a typed callback was applied to a call returning another type
+  /// An asynchronous call's completion handler has no associated executor, and a strategy of the
+  /// shield (a timeout) needs one to deliver its decisions: bind one with asio::bind_executor.
+  executor_required = 9,
 };
 
 /// The error category of kevlar::errc (name "kevlar"). Thread-safe; a process-wide singleton.

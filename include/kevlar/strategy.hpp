@@ -45,6 +45,11 @@ struct StrategyTraits {
   bool stateful = false;
   /// Bytes of per-execution scratch storage (Layer::frame), aligned to alignof(std::max_align_t).
   std::size_t frame_size = 0;
+  /// True if the strategy's asynchronous decisions must run on the call's executor, serialised
+  /// with the operation's completion (a timeout's expiry). An asynchronous call through a shield
+  /// holding such a strategy, whose completion handler has no associated executor, is refused
+  /// before any strategy runs with `errc::executor_required`.
+  bool needs_executor = false;
 };
 
 class Strategy;

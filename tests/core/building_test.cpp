@@ -15,7 +15,7 @@ class Named final : public Strategy {
       : text_(std::move(text)), stateful_(stateful) {}
   std::string describe() const override { return text_; }
   StrategyTraits traits() const noexcept override {
-    return {StrategyRole::proactive, stateful_, 0};
+    return {StrategyRole::proactive, stateful_, 0, false};
   }
   Step on_start(Layer&) override { return Step::run_inner; }
 

@@ -69,7 +69,7 @@ class Repeat final : public Strategy {
   explicit Repeat(int retries, Clock::duration delay = {}) : retries_(retries), delay_(delay) {}
   std::string describe() const override { return "Repeat(" + std::to_string(retries_) + ")"; }
   StrategyTraits traits() const noexcept override {
-    return {StrategyRole::reactive, false, sizeof(int)};
+    return {StrategyRole::reactive, false, sizeof(int), false};
   }
   Step on_start(Layer& layer) override {
     ::new (layer.frame()) int(0);
@@ -105,7 +105,7 @@ class Reject final : public Strategy {
       : e_(e), stateful_(stateful) {}
   std::string describe() const override { return "Reject"; }
   StrategyTraits traits() const noexcept override {
-    return {StrategyRole::proactive, stateful_, 0};
+    return {StrategyRole::proactive, stateful_, 0, false};
   }
   Step on_start(Layer& layer) override {
     layer.outcome().set_error(make_error_code(e_));
@@ -121,7 +121,7 @@ class Reject final : public Strategy {
 class Judge final : public Strategy {
  public:
   std::string describe() const override { return "Judge"; }
-  StrategyTraits traits() const noexcept override { return {StrategyRole::reactive, false, 0}; }
+  StrategyTraits traits() const noexcept override { return {StrategyRole::reactive, false, 0, false}; }
   Step on_start(Layer&) override { return Step::run_inner; }
   Step on_inner_complete(Layer& layer) override {
     verdicts.push_back(layer.handled());
@@ -135,7 +135,7 @@ class FallbackTo final : public Strategy {
  public:
   explicit FallbackTo(int value) : value_(value) {}
   std::string describe() const override { return "Fallback"; }
-  StrategyTraits traits() const noexcept override { return {StrategyRole::fallback, false, 0}; }
+  StrategyTraits traits() const noexcept override { return {StrategyRole::fallback, false, 0, false}; }
   Step on_start(Layer&) override { return Step::run_inner; }
   Step on_inner_complete(Layer& layer) override {
     if (layer.handled()) layer.outcome().set_value(value_);

@@ -2,7 +2,9 @@
 #include "core/test_strategies.hpp"
 
 #include <alloc_counter.hpp>
+#include <kevlar/circuit_breaker.hpp>
 #include <kevlar/kevlar.hpp>
+#include <kevlar/retry.hpp>
 #include <kevlar/timeout.hpp>
 
 #include <gtest/gtest.h>
@@ -692,9 +694,11 @@ TEST(TimeoutOnTheSteadyClock, AnAllocationFailureWhileArmingLeavesTheQueueUsable
 }
 
 // An asynchronous timeout delivers its expiry on the call's executor; a handler without one
-// would leave it to the system executor, racing the operation. Such a call fails at once with a
-// message that says what to do, and its operation never starts.
-TEST_F(Timeout, AnAsynchronousCallWithoutAnExecutorIsRefused) {
+// would leave it to the system executor, racing the operation. Such a call is refused before any
+// strategy runs, with its own error whose message says what to do, and its operation never
+// starts. (The handler, having no executor, runs on the system executor: the test waits for it
+// through a promise.)
+TEST_F(Timeout, AnAsynchronousCallWithoutAnExecutorIsRefusedWithExecutorRequired) {
   const Shield shield = Shield{}.timeout(1s).with_clock(clock);
   bool started = false;
   std::promise<std::string> outcome;  // what the handler saw, described on its own thread
@@ -711,10 +715,10 @@ TEST_F(Timeout, AnAsynchronousCallWithoutAnExecutorIsRefused) {
     if (ep) {
       try {
         std::rethrow_exception(ep);
-      } catch (const std::invalid_argument& e) {
-        seen = e.what();
+      } catch (const Error& e) {
+        seen = e.code() == errc::executor_required ? std::string(e.what()) : "another kevlar::Error";
       } catch (...) {
-        seen = "an exception other than std::invalid_argument";
+        seen = "an exception other than kevlar::Error";
       }
     }
     outcome.set_value(std::move(seen));
@@ -723,6 +727,57 @@ TEST_F(Timeout, AnAsynchronousCallWithoutAnExecutorIsRefused) {
   const std::string seen = outcome.get_future().get();  // else on the system executor
   EXPECT_FALSE(started);
   EXPECT_NE(seen.find("bind_executor"), std::string::npos) << seen;
+}
+
+TEST_F(Timeout, AnErrorCodeHandlerWithoutAnExecutorSeesExecutorRequiredNotACallbackException) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  bool started = false;
+  std::promise<error_code> seen;
+  shield.execute_async(
+      [&](auto token) {
+        started = true;
+        return test::async_answer(ioc.get_executor(), {}, 1, std::move(token));
+      },
+      [&](error_code ec, int) { seen.set_value(ec); });
+  ioc.poll();
+  const error_code ec = seen.get_future().get();
+  EXPECT_FALSE(started);
+  EXPECT_EQ(ec, errc::executor_required) << ec.message();
+  EXPECT_NE(ec.message().find("asio::bind_executor"), std::string::npos) << ec.message();
+}
+
+TEST_F(Timeout, ARefusalForAMissingExecutorIsNeitherRetriedNorCountedByABreaker) {
+  auto breaker = CircuitBreaker::create([] {
+    CircuitBreakerOptions o;
+    o.consecutive_failures = 1;
+    return o;
+  }());
+  const Shield shield = Shield{}.use(breaker).retry(3).timeout(1s).with_clock(clock);
+  int attempts = 0;
+  std::promise<error_code> seen;
+  shield.execute_async(
+      [&](auto token) {
+        ++attempts;
+        return test::async_answer(ioc.get_executor(), {}, 1, std::move(token));
+      },
+      [&](error_code ec, int) { seen.set_value(ec); });
+  EXPECT_EQ(seen.get_future().get(), errc::executor_required);  // no backoff wait in between
+  ioc.poll();
+  EXPECT_EQ(attempts, 0);
+  EXPECT_EQ(breaker->state(), CircuitState::closed);
+  // The same call with an executor bound runs.
+  std::optional<error_code> bound;
+  shield.execute_async(
+      [&](auto token) {
+        ++attempts;
+        return test::async_answer(ioc.get_executor(), {}, 1, std::move(token));
+      },
+      asio::bind_executor(ioc, [&](error_code ec, int) { bound = ec; }));
+  ioc.restart();  // the first poll found nothing to run and stopped the loop
+  ioc.poll();
+  ASSERT_TRUE(bound.has_value());
+  EXPECT_FALSE(*bound);
+  EXPECT_EQ(attempts, 1);
 }
 
 TEST_F(Timeout, AbandonedExecutionDisarmsItsDeadline) {

@@ -158,6 +158,12 @@ class AsyncCall final : public CallBase {
   /// Allocates and starts an execution. Completion never happens inside this call.
   static void start(std::shared_ptr<const void> keep_alive, const PipelineView& pipeline,
                     Handler handler, Attempt attempt) {
+    if constexpr (!has_own_executor<Handler>) {
+      if (pipeline.needs_executor) {
+        refuse_without_executor(std::move(handler));
+        return;
+      }
+    }
     using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
     using BlockAlloc = typename std::allocator_traits<allocator_type>::template rebind_alloc<Block>;
     const std::size_t head = (sizeof(AsyncCall) + sizeof(Block) - 1) / sizeof(Block);
@@ -251,6 +257,25 @@ class AsyncCall final : public CallBase {
       outcome_.slot = &values_;
       outcome_.ops = &TupleValueOps<Values, Value>::ops;
     }
+  }
+
+  /// A strategy of the pipeline delivers its decisions on the call's executor and the handler has
+  /// none: the call is refused before any strategy sees it (a retry or a breaker outside would
+  /// otherwise count the refusal as a failure). Posted, like every completion decided during the
+  /// initiation; a handler without an executor runs on the system executor.
+  static void refuse_without_executor(Handler handler) {
+    ErrorType err;
+    if constexpr (std::is_same_v<ErrorType, boost::system::error_code>) {
+      err = make_error_code(errc::executor_required);
+    } else {
+      err = std::make_exception_ptr(Error(make_error_code(errc::executor_required)));
+    }
+    std::apply(
+        [&](auto&&... v) {
+          boost::asio::post(boost::asio::append(std::move(handler), std::move(err),
+                                                std::forward<decltype(v)>(v)...));
+        },
+        Values{});
   }
 
   void connect_caller() {

@@ -40,6 +40,8 @@ struct PipelineView {
   std::size_t size = 0;
   std::size_t frame_bytes = 0;  ///< per-execution scratch for all layers, max_align_t aligned
   const Clock* clock = nullptr;
+  /// Some layer's StrategyTraits::needs_executor: refuse handlers without an executor.
+  bool needs_executor = false;
 };
 
 inline constexpr std::size_t no_layer = std::numeric_limits<std::size_t>::max();

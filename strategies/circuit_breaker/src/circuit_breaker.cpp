@@ -547,7 +547,7 @@ std::string CircuitBreaker::describe() const {
 }
 
 StrategyTraits CircuitBreaker::traits() const noexcept {
-  return {StrategyRole::reactive, /*stateful=*/true, sizeof(Frame)};
+  return {StrategyRole::reactive, /*stateful=*/true, sizeof(Frame), false};
 }
 
 Step CircuitBreaker::on_start(Layer& layer) {

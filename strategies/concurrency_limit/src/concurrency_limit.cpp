@@ -48,7 +48,7 @@ std::string ConcurrencyLimitStrategy::describe() const {
 }
 
 StrategyTraits ConcurrencyLimitStrategy::traits() const noexcept {
-  return {StrategyRole::proactive, true, sizeof(Frame)};
+  return {StrategyRole::proactive, true, sizeof(Frame), false};
 }
 
 ConcurrencyLimitState ConcurrencyLimitStrategy::state() const noexcept {

@@ -220,7 +220,7 @@ std::string RetryStrategy::describe() const {
 }
 
 StrategyTraits RetryStrategy::traits() const noexcept {
-  return {StrategyRole::reactive, false, sizeof(int)};
+  return {StrategyRole::reactive, false, sizeof(int), false};
 }
 
 Step RetryStrategy::on_start(Layer& layer) {

@@ -66,7 +66,7 @@ std::string TimeoutStrategy::describe() const {
 }
 
 StrategyTraits TimeoutStrategy::traits() const noexcept {
-  return {StrategyRole::proactive, false, sizeof(Frame)};
+  return {StrategyRole::proactive, false, sizeof(Frame), /*needs_executor=*/true};
 }
 
 Step TimeoutStrategy::on_start(Layer& layer) {
@@ -87,9 +87,9 @@ Step TimeoutStrategy::on_start(Layer& layer) {
   if (ex.target<boost::asio::system_executor>() != nullptr) {
     // The expiry is delivered on the execution's executor, serialised with the operation's
     // completion; the system executor serialises nothing (its expiry would race the operation).
-    throw std::invalid_argument(
-        "kevlar::TimeoutStrategy: an asynchronous call needs a completion handler with an "
-        "associated executor (asio::bind_executor), where its expiry is delivered");
+    // (An executor type that can hold one, any_io_executor, passes the engine's compile-time
+    // check and is refused here.)
+    throw Error(make_error_code(errc::executor_required));
   }
   ::new (static_cast<void*>(&f.entry)) detail::DeadlineEntry{};
   f.entry.deadline = f.deadline;

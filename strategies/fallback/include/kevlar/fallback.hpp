@@ -109,7 +109,7 @@ class FallbackStrategy final : public Strategy {
   /// Fallback role (chain validation refuses it inside a reactive strategy with the same
   /// clause), stateless, no frame.
   [[nodiscard]] StrategyTraits traits() const noexcept override {
-    return {StrategyRole::fallback, false, 0};
+    return {StrategyRole::fallback, false, 0, false};
   }
   /// Runs the inner part.
   Step on_start(Layer&) override { return Step::run_inner; }

@@ -48,8 +48,8 @@ struct TimeoutOptions {
 /// therefore return up to one budget after the last call, unless release_idle_timers() is called.
 /// Expiry is delivered on the execution's own executor: with a multi-threaded io_context, run
 /// the calls on a strand, as for any Asio per-operation cancellation. An asynchronous call whose
-/// completion handler has no associated executor is refused at once with std::invalid_argument
-/// (`errc::callback_exception` for an error_code handler): its expiry would race the operation.
+/// completion handler has no associated executor is refused before any strategy runs with
+/// `errc::executor_required` (StrategyTraits::needs_executor): its expiry would race the operation.
 ///
 /// Synchronous executions: cooperative. The budget becomes the context's deadline
 /// (Context::cancelled() turns true when it passes, and kevlar's own waits end there); a
