@@ -102,7 +102,15 @@ void CallBase::run_sync() {
 
 inline void CallBase::run_attempt_sync() {
   ++context_->attempt_;
+  resumed_ = true;  // the function takes time, whatever it returns or throws
   invoke_operation();
+}
+
+bool CallBase::past_deadline() const noexcept {
+  // An expiry is delivered on its own (a posted job, a cut wait), possibly after the completion
+  // that resumed this execution; the clock tells the truth before either has arrived.
+  return resumed_ && context_->deadline_ != Clock::time_point::max() &&
+         context_->clock().now() >= context_->deadline_;
 }
 
 void CallBase::run_layer_sync(std::size_t index) {
@@ -112,6 +120,8 @@ void CallBase::run_layer_sync(std::size_t index) {
     if (step == Step::run_inner) {
       if (index + 1 < pipeline_->size) {
         run_layer_sync(index + 1);
+      } else if (past_deadline()) {
+        outcome_.set_error(boost::asio::error::operation_aborted);  // the attempt never starts
       } else {
         run_attempt_sync();
       }
@@ -134,6 +144,7 @@ Step CallBase::sync_wait(std::size_t index, Step step) {
   // Step::wait. A deadline set for the running attempt (a synchronous timeout) cuts it short.
   const Clock::time_point until = std::min(wait_deadline_, context_->deadline_);
   const bool reached = context_->clock().sleep_until(until, context_->stop_token());
+  resumed_ = true;
   const bool aborted = !reached || until < wait_deadline_;
   return dispatch_wait_complete(
       index, aborted ? boost::system::error_code(boost::asio::error::operation_aborted)
@@ -149,6 +160,14 @@ void CallBase::run_steps(Step step) {
         if (next < n) {
           depth_ = next;
           step = dispatch_start(next);
+          continue;
+        }
+        if (n != 0 && past_deadline()) {
+          // An enclosing deadline passed while this execution waited: the attempt never starts,
+          // and fails as the expiry would have cancelled it.
+          outcome_.set_error(boost::asio::error::operation_aborted);
+          depth_ = n - 1;
+          step = dispatch_inner_complete(depth_);
           continue;
         }
         depth_ = n;
@@ -259,6 +278,7 @@ void CallBase::wait_completed(const boost::system::error_code& ec) {
 
 void CallBase::resume_after_operation() {
   step_completed();
+  resumed_ = true;
   if (pipeline_->size == 0) {
     RunningScope scope(this);
     deliver();
@@ -275,6 +295,7 @@ void CallBase::resume_after_operation() {
 
 void CallBase::resume_after_wait(const boost::system::error_code& ec) {
   step_completed();
+  resumed_ = true;
   Step step;
   {
     RunningScope scope(this);

@@ -94,9 +94,10 @@ class Layer {
     return judge();
   }
 
-  /// Replaces the deadline synchronous code sees through Context::deadline() and
-  /// Context::cancelled() (a timeout's cooperative budget), returning the previous one, which the
-  /// strategy restores when it finishes. A deadline also cuts short the engine's waits.
+  /// Replaces the deadline code sees through Context::deadline() and Context::cancelled() (a
+  /// timeout's budget), returning the previous one, which the strategy restores when it finishes.
+  /// A deadline also cuts short the engine's synchronous waits, and once it has passed after a
+  /// wait or an attempt, the engine starts no further attempt (it fails as a cancellation).
   Clock::time_point exchange_deadline(Clock::time_point deadline) const noexcept {
     return call_->exchange_deadline(deadline);
   }

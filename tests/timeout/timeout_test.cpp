@@ -27,9 +27,11 @@
 #include <boost/asio/write.hpp>
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <future>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -369,6 +371,104 @@ TEST_F(Timeout, SynchronousTimeoutCutsAnInnerWaitShort) {
   ASSERT_TRUE(outcome.has_value());
   ASSERT_TRUE(outcome->has_error());
   EXPECT_EQ(outcome->error(), errc::timeout);
+}
+
+// A total timeout outside a retry: the deadline (t = 3 s) and the third backoff fall due in the
+// same clock step. The backoff's completion arrives first; no fourth attempt may start, and the
+// call ends with the timeout.
+RetryOptions constant_retries(int n, Clock::duration delay) {
+  RetryOptions r;
+  r.max_retries = n;
+  r.backoff = Backoff::constant(delay);
+  return r;
+}
+
+TEST_F(Timeout, AnAsynchronousTotalTimeoutStartsNoAttemptOnceItsDeadlineHasPassed) {
+  const Shield shield = Shield{}.timeout(3s).retry(constant_retries(10, 1s)).with_clock(clock);
+  int started = 0;
+  std::optional<error_code> result;
+  shield.execute_async(
+      [&](auto token) {
+        ++started;
+        return test::async_answer(ioc.get_executor(), asio::error::connection_refused, 0,
+                                  std::move(token));
+      },
+      asio::bind_executor(ioc, [&](error_code ec, int) { result = ec; }));
+  ioc.poll();  // attempt 1 fails at t = 0
+  for (int step = 0; step < 5 && !result; ++step) {
+    clock->advance(1s);
+    ioc.restart();
+    while (ioc.poll() != 0) {
+    }
+  }
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(*result, errc::timeout) << result->message();
+  EXPECT_EQ(started, 3);  // at t = 0, 1 and 2
+}
+
+TEST_F(Timeout, ASynchronousTotalTimeoutStartsNoAttemptOnceItsDeadlineHasPassed) {
+  const Shield shield = Shield{}.timeout(3s).retry(constant_retries(10, 1s)).with_clock(clock);
+  std::atomic<int> started = 0;
+  std::optional<Outcome<int>> outcome;
+  std::jthread caller([&] {
+    outcome = shield.execute_outcome([&]() -> int {
+      ++started;
+      throw std::runtime_error("refused");
+    });
+  });
+  for (int step = 1; step <= 3; ++step) {  // the backoffs to t = 1, 2 and 3
+    // Attempt `step` has run: the caller's next sleep is the backoff after it (a sleeper that
+    // has not woken from the previous advance yet would still be counted).
+    while (started.load() < step) std::this_thread::yield();
+    clock->wait_for_sleepers(1);
+    clock->advance(1s);
+  }
+  caller.join();
+  ASSERT_TRUE(outcome.has_value());
+  ASSERT_TRUE(outcome->has_error());
+  EXPECT_EQ(outcome->error(), errc::timeout);
+  EXPECT_EQ(started.load(), 3);
+}
+
+// The same race without a retry: a strategy inside the timeout waits exactly its budget, then asks
+// for its inner part. The engine does not start the operation past the enclosing deadline.
+TEST_F(Timeout, AnAsynchronousOperationIsNotStartedAfterAWaitThatEndsAtTheDeadline) {
+  const Shield shield =
+      Shield{}.timeout(1s).use(std::make_shared<test::Delay>(1s)).with_clock(clock);
+  bool started = false;
+  std::optional<error_code> result;
+  shield.execute_async(
+      [&](auto token) {
+        started = true;
+        return test::async_answer(ioc.get_executor(), {}, 1, std::move(token));
+      },
+      asio::bind_executor(ioc, [&](error_code ec, int) { result = ec; }));
+  ioc.poll();
+  clock->advance(1s);
+  for (int n = 0; n < 4 && !result; ++n) ioc.poll();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(*result, errc::timeout) << result->message();
+  EXPECT_FALSE(started);
+}
+
+TEST_F(Timeout, ASynchronousFunctionIsNotCalledAfterAWaitThatEndsAtTheDeadline) {
+  const Shield shield =
+      Shield{}.timeout(1s).use(std::make_shared<test::Delay>(1s)).with_clock(clock);
+  std::atomic<bool> called = false;
+  std::optional<Outcome<int>> outcome;
+  std::jthread caller([&] {
+    outcome = shield.execute_outcome([&] {
+      called = true;
+      return 1;
+    });
+  });
+  clock->wait_for_sleepers(1);
+  clock->advance(1s);
+  caller.join();
+  ASSERT_TRUE(outcome.has_value());
+  ASSERT_TRUE(outcome->has_error());
+  EXPECT_EQ(outcome->error(), errc::timeout);
+  EXPECT_FALSE(called.load());
 }
 
 TEST_F(Timeout, GeneratorChoosesTheBudget) {

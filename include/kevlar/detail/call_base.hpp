@@ -236,6 +236,9 @@ class CallBase : private ClockWaiter {
   void run_attempt_sync();
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   bool start_wait();
+  /// True if an enclosing deadline (Context::deadline) has passed and time may have moved since
+  /// the execution started: an attempt must not start then.
+  [[nodiscard]] bool past_deadline() const noexcept;
   void resume_after_operation();
   void resume_after_wait(const boost::system::error_code& ec);
   void emit_step(boost::asio::cancellation_type type) noexcept;
@@ -264,6 +267,9 @@ class CallBase : private ClockWaiter {
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
   Clock::time_point wait_deadline_{};
   bool step_dropped_ = false;
+  /// A wait or an attempt has completed: the clock may have passed a deadline set before it. The
+  /// first pass of an execution starts its attempt without reading the clock again.
+  bool resumed_ = false;
 };
 
 }  // namespace detail

@@ -99,6 +99,11 @@ Step TimeoutStrategy::on_start(Layer& layer) {
   f.entry.call = layer.call();
   q.arm(f.entry);
   f.armed = true;
+  // The context's deadline too, as in a synchronous execution: Context::cancelled() and
+  // Context::deadline() tell the strategies inside (a retry about to try again) and the engine
+  // (about to start an attempt) that the budget is spent before the expiry job arrives.
+  f.previous_deadline = layer.exchange_deadline(std::min(f.deadline, layer.context().deadline()));
+  f.deadline_set = true;
   return Step::run_inner;
 }
 
@@ -115,16 +120,13 @@ Step TimeoutStrategy::on_inner_complete(Layer& layer) {
                                                       Clock::duration budget) {
   OutcomeRef outcome = layer.outcome();
   if (!outcome.is_cancellation()) return Step::complete;  // another failure: unchanged
-  bool timed_out = false;
-  if (layer.synchronous()) {
-    // Cooperative: the function gave up. It was this timeout if its deadline passed, unless the
-    // caller stopped the call or an outer deadline (no later than ours) had passed too.
-    const Clock::time_point now = layer.clock().now();
-    const bool outer = layer.context().stop_token().stop_requested() || previous <= now;
-    timed_out = !outer && now >= deadline;
-  } else {
-    timed_out = !layer.cancelled_from_outside() && layer.cancelled_inner();
-  }
+  // It was this timeout if it cancelled the inner part, or if its deadline has passed (the expiry
+  // may still be on its way: a wait or an attempt that ended at the deadline saw the context's
+  // deadline instead), unless the caller cancelled or an outer deadline (no later than ours) had
+  // passed too: of equal nested timeouts the outermost reports.
+  const Clock::time_point now = layer.clock().now();
+  const bool outer = layer.cancelled_from_outside() || previous <= now;
+  const bool timed_out = !outer && (layer.cancelled_inner() || now >= deadline);
   if (!timed_out) return Step::complete;
   outcome.set_error(make_error_code(errc::timeout));
   if (options_.on_timeout) options_.on_timeout(TimeoutEvent{budget, layer.context()});

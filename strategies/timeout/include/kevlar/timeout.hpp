@@ -42,7 +42,8 @@ struct TimeoutOptions {
 /// Asynchronous executions: expiry cancels the pending step through its cancellation slot
 /// (terminal cancellation), so the operation really stops (a socket read or timer wait is
 /// aborted, not abandoned); when it completes with `operation_aborted`, the call completes with
-/// `errc::timeout`. No kernel timer is armed per call: deadlines of one duration share one queue
+/// `errc::timeout`. The budget is also the context's deadline: once it has passed, no further
+/// attempt starts, even before the expiry is delivered. No kernel timer is armed per call: deadlines of one duration share one queue
 /// per execution context with one clock timer underneath (arming and disarming are O(1) list
 /// operations). That timer is not cancelled when calls finish early; io_context::run() may
 /// therefore return up to one budget after the last call, unless release_idle_timers() is called.
