@@ -263,6 +263,7 @@ void TrampolineLevel::drain() {
 }
 
 void CallBase::operation_completed() {
+  const DeferredChecks::Scope checks;  // after the level: they run once its deliveries have
   // If the step throws, the level's destructor sends its deliveries through their executors.
   TrampolineLevel level(this, &CallBase::resolve_trampoline, tl_initiating_call != nullptr);
   resume_after_operation();
@@ -270,6 +271,7 @@ void CallBase::operation_completed() {
 }
 
 void CallBase::wait_completed(const boost::system::error_code& ec) {
+  const DeferredChecks::Scope checks;  // after the level: they run once its deliveries have
   // If the step throws, the level's destructor sends its deliveries through their executors.
   TrampolineLevel level(this, &CallBase::resolve_trampoline, tl_initiating_call != nullptr);
   resume_after_wait(ec);
@@ -305,6 +307,7 @@ void CallBase::resume_after_wait(const boost::system::error_code& ec) {
 }
 
 void CallBase::abandon_execution() noexcept {
+  const DeferredChecks::Scope checks;
   if (depth_ != no_layer && pipeline_->size > 0) {
     for (std::size_t i = std::min(depth_, pipeline_->size - 1) + 1; i-- > 0;) finish_layer(i);
   }

@@ -1,10 +1,24 @@
-// kevlar_count_instructions: instructions per synchronous call of a few shields, driven by
-// tools/count-instructions.sh.
+// kevlar_count_instructions: instructions per call of a few shields, driven by
+// tools/count-instructions.sh. `<shield>` runs synchronous calls (Shield::execute);
+// `async_<shield>` runs the same shield's calls one after another from a coroutine on an
+// io_context (`co_await shield.execute_async(op, deferred)`, the operation completing through a
+// post, as BM_Overhead/one_layer_async does).
 //
 // Wall-clock times on a shared VM move by 10-30 % between runs; instruction counts do not. The
 // script runs this program under callgrind with N and 2N calls and divides the difference by N,
 // which cancels start-up and shield construction.
 #include <kevlar/kevlar.hpp>
+#include <kevlar/timeout.hpp>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -24,6 +38,36 @@ class PassThrough final : public kevlar::Strategy {
 [[gnu::noinline]] int work(int x) {
   asm volatile("" : "+r"(x));
   return x + 1;
+}
+
+/// Completes with (no error, x + 1) through a post to the handler's executor.
+template <class Executor, class Token>
+auto async_work(const Executor& ex, int x, Token&& token) {
+  return boost::asio::async_initiate<Token, void(boost::system::error_code, int)>(
+      [ex](auto handler, int v) {
+        auto hex = boost::asio::get_associated_executor(handler, ex);
+        boost::asio::post(hex, boost::asio::append(std::move(handler),
+                                                   boost::system::error_code(), work(v)));
+      },
+      token, x);
+}
+
+int run_async(const kevlar::Shield& shield, long calls) {
+  namespace asio = boost::asio;
+  asio::io_context ioc(1);
+  int x = 0;
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        auto ex = co_await asio::this_coro::executor;
+        for (long i = 0; i < calls; ++i) {
+          x = co_await shield.execute_async(
+              [&](auto token) { return async_work(ex, x, std::move(token)); }, asio::deferred);
+        }
+      },
+      asio::detached);
+  ioc.run();
+  return x;
 }
 
 kevlar::Shield make(const char* name) {
@@ -58,8 +102,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s <shield> <calls>\n", argv[0]);
     return 2;
   }
-  const kevlar::Shield shield = make(argv[1]);
   const long calls = std::atol(argv[2]);
+  if (std::strncmp(argv[1], "async_", 6) == 0) {
+    std::printf("%d\n", run_async(make(argv[1] + 6), calls));
+    return 0;
+  }
+  const kevlar::Shield shield = make(argv[1]);
   int x = 0;
   for (long i = 0; i < calls; ++i) x = shield.execute([x] { return work(x); });
   std::printf("%d\n", x);

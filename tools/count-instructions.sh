@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Instructions per synchronous call (callgrind) of an empty shield, one pass-through strategy and
-# each built-in strategy, with the kevlar_count_instructions driver of a Release build that has
-# benchmarks enabled (cmake --preset release; ninja -C <dir> kevlar_count_instructions).
+# Instructions per call (callgrind) of an empty shield, one pass-through strategy and each built-in
+# strategy, synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
+# execute_async calls on an io_context), with the kevlar_count_instructions driver of a Release
+# build that has benchmarks enabled (cmake --preset release; ninja -C <dir>
+# kevlar_count_instructions).
 #
 #   tools/count-instructions.sh [build-dir]     (default: build/release, else build)
 #
@@ -21,10 +23,11 @@ count() {  # instructions executed for $2 calls of shield $1
     awk '/Collected/ {print $4}'
 }
 n=100000
-printf '%-24s %s\n' shield 'instructions/call'
+printf '%-28s %s\n' shield 'instructions/call'
 for shield in empty pass_through retry timeout circuit_breaker concurrency_limit fallback \
-  timeout_retry_breaker; do
+  timeout_retry_breaker async_empty async_pass_through async_retry async_timeout \
+  async_circuit_breaker async_concurrency_limit async_timeout_retry_breaker; do
   a=$(count "$shield" "$n")
   b=$(count "$shield" $((2 * n)))
-  printf '%-24s %d\n' "$shield" $(((b - a) / n))
+  printf '%-28s %d\n' "$shield" $(((b - a) / n))
 done

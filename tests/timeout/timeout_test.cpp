@@ -159,6 +159,7 @@ TEST_F(Timeout, CompletingInTimePassesTheValueAndAStaleDeadlineNeverFiresLater) 
   asio::steady_timer timer(ioc);
   std::optional<error_code> got;
   shield.execute_async(Hang{&timer}, asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+  ioc.restart();  // nothing of the first call kept the loop running: it stopped
   ioc.poll();
   clock->advance(600ms);  // past the first call's deadline, before the second's
   ioc.poll();
@@ -627,6 +628,7 @@ TEST_F(Timeout, AStaleExpiryNeverReachesAnExecutionThatReusedItsStorage) {
       Gate{&open, &first_slot},
       asio::bind_executor(test::HeldExecutor(ioc, first_jobs), [&](error_code ec) { first = ec; }));
   clock->advance(1s);
+  ioc.restart();  // the queue's first call left nothing running: the loop had stopped
   ioc.poll();     // the deadline expires: its delivery waits in the first executor's list
   ioc.restart();  // the held jobs keep no work: the loop ran out of it
   ASSERT_EQ(first_jobs.size(), 1U);
@@ -718,8 +720,7 @@ TEST_F(Timeout, TheDeadlineQueueKeepsNoCallersWork) {
           [&](error_code, int v) { got = v; }));
   fresh.poll();
   ASSERT_EQ(got, 7);
-  TimeoutStrategy::release_idle_timers(fresh);
-  fresh.poll();
+  fresh.poll();  // the queue releases its idle timer by itself
   EXPECT_TRUE(fresh.stopped()) << "the context still has work after its only call ended";
 }
 
@@ -740,6 +741,7 @@ TEST_F(Timeout, AnAllocationFailureWhileExpiringDelaysTheTimeoutButNeverLosesIt)
         CountsCancellation{&cancels, &slot},
         asio::bind_executor(test::HeldExecutor(local, held), [&](error_code ec) { got = ec; }));
     clock->advance(1s);
+    local.restart();  // the queue's first call left nothing running: the loop had stopped
     const auto injected = kevlar::testing::inject_allocation_failure(n, [&] { local.poll(); });
     if (!injected.fired) break;  // the expiry allocated fewer than n + 1 times: all covered
     ++failures;

@@ -141,6 +141,61 @@ inline thread_local const CallBase* tl_running_call = nullptr;
 /// inside the initiating function, so it is posted instead.
 inline thread_local const CallBase* tl_initiating_call = nullptr;
 
+/// Checks a strategy defers until the outermost engine entry point on this thread (an initiation,
+/// a step's completion, an abandonment) returns: by then the completion's handler has run, and so
+/// has any call it started inline. The timeout's deadline queue asks there whether it became idle,
+/// so that a loop whose next call starts from the previous one's completion pays nothing for it.
+class DeferredChecks {
+ public:
+  using Check = void (*)(void*) noexcept;
+
+  /// Runs `check(arg)` when the outermost entry point returns, once however often it is asked
+  /// for; at once if no entry point is running on this thread, or if too many are waiting.
+  static void request(Check check, void* arg) noexcept {
+    if (depth_ == 0) {
+      check(arg);
+      return;
+    }
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (pending_[i].check == check && pending_[i].arg == arg) return;
+    }
+    if (count_ == capacity) {
+      check(arg);
+      return;
+    }
+    pending_[count_++] = Entry{check, arg};
+  }
+
+  /// Marks an engine entry point for the lifetime of the object.
+  class Scope {
+   public:
+    Scope() noexcept { ++depth_; }
+    ~Scope() {
+      if (--depth_ == 0 && count_ != 0) run_pending();
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+  };
+
+ private:
+  struct Entry {
+    Check check;
+    void* arg;
+  };
+  static constexpr std::size_t capacity = 4;
+  /// Runs the pending checks (a check may request another: it runs too).
+  static void run_pending() noexcept {
+    ++depth_;  // a check that runs engine code defers its own requests to this loop
+    for (std::size_t i = 0; i < count_; ++i) pending_[i].check(pending_[i].arg);
+    count_ = 0;
+    --depth_;
+  }
+
+  static inline thread_local std::size_t depth_ = 0;
+  static inline thread_local std::size_t count_ = 0;
+  static inline thread_local Entry pending_[capacity] = {};
+};
+
 /// One execution of a pipeline. The engine (`run`) is a trampoline shared by synchronous and
 /// asynchronous executions: strategies return Steps, the engine performs them. The typed parts
 /// (invoking the user's operation, delivering the result) live in the derived classes.

@@ -102,7 +102,7 @@ void DeadlineQueue::arm(DeadlineEntry& e) {
 }
 
 bool DeadlineQueue::disarm(DeadlineEntry& e) noexcept {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   switch (e.state) {
     case DeadlineEntry::State::armed:
       unlink(head_, tail_, e);
@@ -116,12 +116,74 @@ bool DeadlineQueue::disarm(DeadlineEntry& e) noexcept {
   }
   const bool fired = e.state == DeadlineEntry::State::fired;
   e.state = DeadlineEntry::State::idle;
+  // The last deadline is gone: unless a call comes back, the waiting timer is all that keeps the
+  // context's run() going. Decide once the engine has returned to its caller: a caller that
+  // starts its next call from this one's completion has armed again by then.
+  const bool idle = head_ == nullptr && timer_waiting_ && !sweep_pending_ && !shut_down_;
+  lock.unlock();
+  if (idle) DeferredChecks::request(&DeadlineQueue::check_idle, this);
   return fired;
+}
+
+void DeadlineQueue::check_idle(void* queue) noexcept {
+  auto* q = static_cast<DeadlineQueue*>(queue);
+  {
+    std::lock_guard lock(q->mutex_);
+    if (q->head_ != nullptr || !q->timer_waiting_ || q->sweep_pending_ || q->shut_down_) return;
+    q->sweep_pending_ = true;
+  }
+  q->post_sweep(false);
 }
 
 void DeadlineQueue::release_idle_timer() noexcept {
   std::lock_guard lock(mutex_);
   if (head_ == nullptr && timer_waiting_) timer_->cancel();
+}
+
+namespace {
+
+/// Runs one pass of the idle sweep on the timer's executor.
+struct SweepJob {
+  DeadlineQueue* queue;
+  bool second_pass;
+  void operator()() const noexcept { queue->sweep(second_pass); }
+};
+
+}  // namespace
+
+void DeadlineQueue::post_sweep(bool second_pass) noexcept {
+  try {
+    // An io_context's own executor where the queue has one: the type-erased one costs more than
+    // the job itself.
+    if (const auto* io = ex_.target<boost::asio::io_context::executor_type>()) {
+      boost::asio::post(*io, SweepJob{this, second_pass});
+    } else {
+      boost::asio::post(ex_, SweepJob{this, second_pass});
+    }
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    sweep_pending_ = false;
+  }
+}
+
+void DeadlineQueue::sweep(bool second_pass) noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    if (shut_down_ || head_ != nullptr || !timer_waiting_) {
+      sweep_pending_ = false;  // a call came back (it keeps the timer), or nothing is left to do
+      return;
+    }
+    if (second_pass) {
+      // Empty for two passes: the loop has nothing of ours left. The timer's completion
+      // (operation_aborted) re-arms it if a deadline was armed meanwhile.
+      sweep_pending_ = false;
+      timer_->cancel();
+      return;
+    }
+  }
+  // Once more round the executor's queue: a caller whose next call was posted (not started from
+  // the completion itself) arms before the second pass.
+  post_sweep(true);
 }
 
 namespace {

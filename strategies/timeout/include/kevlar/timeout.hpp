@@ -45,8 +45,8 @@ struct TimeoutOptions {
 /// `errc::timeout`. The budget is also the context's deadline: once it has passed, no further
 /// attempt starts, even before the expiry is delivered. No kernel timer is armed per call: deadlines of one duration share one queue
 /// per execution context with one clock timer underneath (arming and disarming are O(1) list
-/// operations). That timer is not cancelled when calls finish early; io_context::run() may
-/// therefore return up to one budget after the last call, unless release_idle_timers() is called.
+/// operations). That timer is not cancelled when a call finishes early while another follows; once
+/// no deadline is pending and no call came back, it is cancelled, so io_context::run() returns.
 /// Expiry is delivered on the execution's own executor: with a multi-threaded io_context, run
 /// the calls on a strand, as for any Asio per-operation cancellation. An asynchronous call whose
 /// completion handler has no associated executor is refused before any strategy runs with
@@ -76,8 +76,9 @@ class TimeoutStrategy final : public Strategy {
 
   [[nodiscard]] const TimeoutOptions& options() const noexcept { return options_; }
 
-  /// Cancels the idle deadline timers kevlar keeps on `ctx`, so that io_context::run() can return
-  /// without waiting for them. Thread-safe.
+  /// Cancels the idle deadline timers kevlar keeps on `ctx` at once. They are released by
+  /// themselves shortly after the last call (a few passes of the executor's queue); this is for a
+  /// caller that cannot wait for those passes. Thread-safe.
   static void release_idle_timers(boost::asio::execution_context& ctx) noexcept;
 
  private:

@@ -38,9 +38,13 @@ struct DeadlineEntry {
 /// underneath for the earliest deadline. The timer runs on the executor of the call that created
 /// the queue, without its strand (Asio's strands of the usual executors) and without outstanding
 /// work: one caller's busy strand must not delay every other caller's deadlines, nor its work keep
-/// the context running. The timer is never cancelled when a call finishes early (that would cost a
-/// syscall per call); it fires at the earliest deadline it was armed for and is
-/// re-armed only if deadlines remain. When a deadline expires, the cancellation is delivered on the
+/// the context running. The timer is not cancelled when a call finishes early (re-arming it would
+/// cost a syscall per call); it fires at the earliest deadline it was armed for and is re-armed
+/// only if deadlines remain. When the queue empties and is still empty once the engine has returned
+/// to its caller (a loop's next call, started from the completion, arms again before that), a
+/// sweep job is posted to the timer's executor; if the queue is still empty after two passes of
+/// that executor's queue (no posted call came back), the sweep cancels the timer, so that an idle
+/// io_context's run() returns. A busy loop keeps its timer and posts nothing. When a deadline expires, the cancellation is delivered on the
 /// execution's own executor, and only if the execution has not finished meanwhile.
 class DeadlineQueue final : private ClockWaiter {
  public:
@@ -56,6 +60,8 @@ class DeadlineQueue final : private ClockWaiter {
   bool disarm(DeadlineEntry& e) noexcept;
   /// Cancels the clock timer if no deadline is armed (lets io_context::run() return at once).
   void release_idle_timer() noexcept;
+  /// The sweep job: releases the timer if the queue has stayed empty since the last pass.
+  void sweep(bool second_pass) noexcept;
   /// Delivers the expiry of `e` if it is still the firing entry named by `ticket` (runs on the
   /// execution's executor).
   void deliver(DeadlineEntry* e, std::uint64_t ticket) noexcept;
@@ -74,6 +80,12 @@ class DeadlineQueue final : private ClockWaiter {
   void link_back(DeadlineEntry& e) noexcept;
   void unlink(DeadlineEntry*& head, DeadlineEntry*& tail, DeadlineEntry& e) noexcept;
   void arm_timer_locked(Clock::time_point t);
+  /// DeferredChecks: the queue emptied during the entry point that has just returned; if it is
+  /// still empty, start the sweep.
+  static void check_idle(void* queue) noexcept;
+  /// Posts the sweep job (without the lock); if posting fails, the timer is released when it
+  /// fires, as release_idle_timer() would have done.
+  void post_sweep(bool second_pass) noexcept;
 
   const Clock* clock_;
   boost::asio::any_io_executor ex_;
@@ -85,6 +97,7 @@ class DeadlineQueue final : private ClockWaiter {
   DeadlineEntry* firing_tail_ = nullptr;
   std::unique_ptr<ClockTimer> timer_;
   bool timer_waiting_ = false;
+  bool sweep_pending_ = false;  ///< a sweep job is on its way
   bool shut_down_ = false;
   Clock::time_point timer_deadline_{};
   std::uint64_t last_ticket_ = 0;
