@@ -1,0 +1,45 @@
+# cmake -DREADME=<README.md> -DOUT=<file.cpp> -P extract_readme_example.cmake
+#
+# Writes the code block that follows the marker line "<!-- kevlar:readme-example" in the README to
+# OUT, exactly as printed, so that CTest compiles and runs the README's example, not a copy of it.
+# Fails if the marker or its ```cpp block is missing.
+cmake_minimum_required(VERSION 3.25)
+if(NOT DEFINED README OR NOT DEFINED OUT)
+  message(FATAL_ERROR "usage: cmake -DREADME=<README.md> -DOUT=<file.cpp> -P ${CMAKE_CURRENT_LIST_FILE}")
+endif()
+# Whole-text searches: the code holds semicolons and blank lines, which list-based line handling
+# would split or drop.
+file(READ "${README}" text)
+string(FIND "${text}" "\n<!-- kevlar:readme-example" marker)
+if(marker EQUAL -1)
+  message(FATAL_ERROR "${README}: no line starting with <!-- kevlar:readme-example")
+endif()
+string(SUBSTRING "${text}" ${marker} -1 rest)
+string(FIND "${rest}" "-->\n" close)
+string(FIND "${rest}" "\n```cpp\n" open)
+if(close EQUAL -1 OR open EQUAL -1 OR open LESS close)
+  message(FATAL_ERROR "${README}: the readme-example marker is not followed by a ```cpp block")
+endif()
+math(EXPR gap_start "${close} + 4")
+math(EXPR gap_length "${open} + 1 - ${gap_start}")
+string(SUBSTRING "${rest}" ${gap_start} ${gap_length} gap)
+if(NOT gap MATCHES "^[\n]*$")
+  message(FATAL_ERROR "${README}: text between the readme-example marker and its ```cpp block")
+endif()
+math(EXPR code_start "${open} + 8")
+string(SUBSTRING "${rest}" ${code_start} -1 rest)
+string(FIND "${rest}" "\n```\n" end)
+if(end EQUAL -1)
+  message(FATAL_ERROR "${README}: the readme-example's ```cpp block is not closed")
+endif()
+math(EXPR code_length "${end} + 1")
+string(SUBSTRING "${rest}" 0 ${code_length} code)
+# Rewrite only when the block changed, so that an unchanged README does not rebuild the example.
+set(header "// Extracted from README.md by cmake/extract_readme_example.cmake; do not edit.\n")
+if(EXISTS "${OUT}")
+  file(READ "${OUT}" previous)
+  if(previous STREQUAL "${header}${code}")
+    return()
+  endif()
+endif()
+file(WRITE "${OUT}" "${header}${code}")
