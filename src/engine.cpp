@@ -102,11 +102,10 @@ void CallBase::run_sync() {
 
 inline void CallBase::run_attempt_sync() {
   ++context_->attempt_;
-  resumed_ = true;  // the function takes time, whatever it returns or throws
   invoke_operation();
 }
 
-bool CallBase::past_deadline() const noexcept {
+inline bool CallBase::past_deadline() const noexcept {
   // An expiry is delivered on its own (a posted job, a cut wait), possibly after the completion
   // that resumed this execution; the clock tells the truth before either has arrived.
   return resumed_ && context_->deadline_ != Clock::time_point::max() &&
@@ -120,8 +119,6 @@ void CallBase::run_layer_sync(std::size_t index) {
     if (step == Step::run_inner) {
       if (index + 1 < pipeline_->size) {
         run_layer_sync(index + 1);
-      } else if (past_deadline()) {
-        outcome_.set_error(boost::asio::error::operation_aborted);  // the attempt never starts
       } else {
         run_attempt_sync();
       }
@@ -144,8 +141,9 @@ Step CallBase::sync_wait(std::size_t index, Step step) {
   // Step::wait. A deadline set for the running attempt (a synchronous timeout) cuts it short.
   const Clock::time_point until = std::min(wait_deadline_, context_->deadline_);
   const bool reached = context_->clock().sleep_until(until, context_->stop_token());
-  resumed_ = true;
-  const bool aborted = !reached || until < wait_deadline_;
+  // Aborted if stopped, or if the deadline ended the wait: cut short, or due at the same moment
+  // (the strategy must not start an attempt past the deadline).
+  const bool aborted = !reached || context_->deadline_ <= wait_deadline_;
   return dispatch_wait_complete(
       index, aborted ? boost::system::error_code(boost::asio::error::operation_aborted)
                      : boost::system::error_code());

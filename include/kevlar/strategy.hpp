@@ -96,8 +96,9 @@ class Layer {
 
   /// Replaces the deadline code sees through Context::deadline() and Context::cancelled() (a
   /// timeout's budget), returning the previous one, which the strategy restores when it finishes.
-  /// A deadline also cuts short the engine's synchronous waits, and once it has passed after a
-  /// wait or an attempt, the engine starts no further attempt (it fails as a cancellation).
+  /// A deadline also cuts short the engine's synchronous waits (a wait that ends at it completes
+  /// with `operation_aborted`), and once it has passed after a wait or an attempt, an
+  /// asynchronous execution starts no further attempt (it fails as a cancellation).
   Clock::time_point exchange_deadline(Clock::time_point deadline) const noexcept {
     return call_->exchange_deadline(deadline);
   }

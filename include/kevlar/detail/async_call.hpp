@@ -187,7 +187,6 @@ class AsyncCall final : public CallBase {
       call->destroy();
       throw;
     }
-    const DeferredChecks::Scope checks;  // run when the initiation is done
     const CallBase* previous = std::exchange(tl_initiating_call, call);
     try {
       call->run(Step::run_inner);

@@ -141,10 +141,12 @@ inline thread_local const CallBase* tl_running_call = nullptr;
 /// inside the initiating function, so it is posted instead.
 inline thread_local const CallBase* tl_initiating_call = nullptr;
 
-/// Checks a strategy defers until the outermost engine entry point on this thread (an initiation,
-/// a step's completion, an abandonment) returns: by then the completion's handler has run, and so
-/// has any call it started inline. The timeout's deadline queue asks there whether it became idle,
-/// so that a loop whose next call starts from the previous one's completion pays nothing for it.
+/// Checks a strategy defers until the outermost engine entry point on this thread (a step's
+/// completion, an abandonment) returns: by then the completion's handler has run, and so has any
+/// call it started inline. The timeout's deadline queue asks there whether it became idle, so that
+/// a loop whose next call starts from the previous one's completion pays nothing for it. (An
+/// initiation opens no scope: a call that ends inside its own initiation, a rejection, is rare,
+/// and its check runs at once.)
 class DeferredChecks {
  public:
   using Check = void (*)(void*) noexcept;
@@ -291,8 +293,9 @@ class CallBase : private ClockWaiter {
   void run_attempt_sync();
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   bool start_wait();
-  /// True if an enclosing deadline (Context::deadline) has passed and time may have moved since
-  /// the execution started: an attempt must not start then.
+  /// Asynchronous executions: true if an enclosing deadline (Context::deadline) has passed and
+  /// time may have moved since the execution started: an attempt must not start then. (A
+  /// synchronous wait that ends at the deadline reports itself aborted instead.)
   [[nodiscard]] bool past_deadline() const noexcept;
   void resume_after_operation();
   void resume_after_wait(const boost::system::error_code& ec);
@@ -322,8 +325,8 @@ class CallBase : private ClockWaiter {
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
   Clock::time_point wait_deadline_{};
   bool step_dropped_ = false;
-  /// A wait or an attempt has completed: the clock may have passed a deadline set before it. The
-  /// first pass of an execution starts its attempt without reading the clock again.
+  /// Asynchronous executions: a wait or an attempt has completed, so the clock may have passed a
+  /// deadline set before it. The first pass starts its attempt without reading the clock again.
   bool resumed_ = false;
 };
 

@@ -87,6 +87,7 @@ void DeadlineQueue::arm(DeadlineEntry& e) {
   e.queue = this;
   e.state = DeadlineEntry::State::armed;
   link_back(e);
+  count_armed(+1);
   // A new head needs the timer; so does any deadline while no wait is outstanding (an expiry
   // whose delivery failed left the timer idle with deadlines armed).
   if (head_ != &e && timer_waiting_) return;
@@ -96,6 +97,7 @@ void DeadlineQueue::arm(DeadlineEntry& e) {
     // Not armed after all: the caller does not disarm an entry whose arm() threw, and the entry's
     // storage ends with the execution.
     unlink(head_, tail_, e);
+    count_armed(-1);
     e.state = DeadlineEntry::State::idle;
     throw;
   }
@@ -106,6 +108,7 @@ bool DeadlineQueue::disarm(DeadlineEntry& e) noexcept {
   switch (e.state) {
     case DeadlineEntry::State::armed:
       unlink(head_, tail_, e);
+      count_armed(-1);
       break;
     case DeadlineEntry::State::firing:
       unlink(firing_head_, firing_tail_, e);
@@ -127,6 +130,10 @@ bool DeadlineQueue::disarm(DeadlineEntry& e) noexcept {
 
 void DeadlineQueue::check_idle(void* queue) noexcept {
   auto* q = static_cast<DeadlineQueue*>(queue);
+  // A caller whose next call started from the completion has armed again: the common case of a
+  // busy loop, told without the lock. The count was last written under the lock, by this thread's
+  // disarm or a later arm, so the load sees that write or a newer one.
+  if (q->armed_.load(std::memory_order_relaxed) != 0) return;
   {
     std::lock_guard lock(q->mutex_);
     if (q->head_ != nullptr || !q->timer_waiting_ || q->sweep_pending_ || q->shut_down_) return;
@@ -213,6 +220,7 @@ void DeadlineQueue::complete(const boost::system::error_code&) {
       const std::uint64_t ticket = ++last_ticket_;
       boost::asio::post(e->call->call_executor(), FireJob{this, e, ticket});
       unlink(head_, tail_, *e);
+      count_armed(-1);
       e->ticket = ticket;
       e->state = DeadlineEntry::State::firing;
       e->prev = firing_tail_;

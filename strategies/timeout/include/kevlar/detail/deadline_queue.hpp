@@ -7,6 +7,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/execution_context.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -80,6 +81,11 @@ class DeadlineQueue final : private ClockWaiter {
   void link_back(DeadlineEntry& e) noexcept;
   void unlink(DeadlineEntry*& head, DeadlineEntry*& tail, DeadlineEntry& e) noexcept;
   void arm_timer_locked(Clock::time_point t);
+  /// Keeps armed_ equal to the length of the armed list (under the lock; read without it).
+  void count_armed(int delta) noexcept {
+    armed_.store(armed_.load(std::memory_order_relaxed) + static_cast<std::uint32_t>(delta),
+                 std::memory_order_relaxed);
+  }
   /// DeferredChecks: the queue emptied during the entry point that has just returned; if it is
   /// still empty, start the sweep.
   static void check_idle(void* queue) noexcept;
@@ -92,6 +98,7 @@ class DeadlineQueue final : private ClockWaiter {
   bool ordered_;  ///< every deadline has the same duration: appending keeps the list sorted
   std::mutex mutex_;
   DeadlineEntry* head_ = nullptr;  ///< armed, earliest first
+  std::atomic<std::uint32_t> armed_{0};  ///< entries in the armed list
   DeadlineEntry* tail_ = nullptr;
   DeadlineEntry* firing_head_ = nullptr;  ///< expired, cancellation on its way
   DeadlineEntry* firing_tail_ = nullptr;
