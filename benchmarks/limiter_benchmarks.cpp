@@ -15,6 +15,7 @@
 //   <regime>:    idle (a loop with no I/O object) or live_io (a pending timer keeps the reactor
 //   live)
 #include "bench_support.hpp"
+#include "handoff_pair.hpp"
 #include "semaphore_controls.hpp"
 
 #include <handoff_ops.hpp>
@@ -111,193 +112,35 @@ class TwoObjectLimiter final : public kevlar::Strategy {
   Sem sem_;
 };
 
-using kevlar::testing::async_answer;
-using kevlar::testing::OneShot;
+using kevlar::bench::Caller;
+using kevlar::bench::NoLimiter;
+using kevlar::bench::Regime;
 
-enum class Caller { callback, coroutine };
-/// Loop passes a pair may wait for B to queue before the run ends with an error.
-constexpr int max_fire_polls = 1000;
-enum class Regime { idle, live_io };
-
-/// Whether call B waits in the limiter's queue (the pair's precondition for firing the promise).
-bool queued(const kevlar::ConcurrencyLimitStrategy& s) noexcept {
-  return s.state().queued > 0;
-}
 template <class Sem>
 bool queued(const TwoObjectLimiter<Sem>& s) noexcept {
   return s.waiting() > 0;
 }
 
-/// no_limiter_control's stand-in for a limiter: the pair without kevlar (see Gate).
-struct NoLimiter {};
-
-/// no_limiter_control's call B: parked until resume(), which starts B's operation (async_answer)
-/// right there with B's handler, as a grant starts a queued call's operation inside the releasing
-/// completion.
-struct AnswerNow {
-  template <class H>
-  void operator()(H&& h) const {
-    async_answer(std::forward<H>(h));
-  }
-};
-using Gate = kevlar::testing::ParkedOp<AnswerNow>;
-
-/// One benchmark's pairs, run back to back (see run_pair).
-template <class Strategy>
-struct PairDriver {
-  PairDriver(benchmark::State& st, const kevlar::Shield& sh, const Strategy& lim,
-             asio::io_context& io, Caller c)
-      : state(st), shield(sh), limiter(lim), ioc(io), caller(c) {}
+/// The benchmark's loop: pairs until Google Benchmark has timed enough of them; allocations
+/// counted from the first measured pair.
+struct BenchmarkLoop {
   benchmark::State& state;
-  const kevlar::Shield& shield;
-  const Strategy& limiter;
-  asio::io_context& ioc;
-  Caller caller;
-  OneShot promise;
-  Gate gate;  // no_limiter_control's call B
-  int done = 0;
-  int b_value = 0;
-  int warm_up = 100;  // untimed pairs first: recycling caches, deadline services
-  bool b_was_queued = true;
-  int polls = 0;
   std::optional<kevlar::bench::AllocReport> allocs;
-  std::function<void()> finish;
-
-  static constexpr bool no_limiter = std::is_same_v<Strategy, NoLimiter>;
-
-  // Call A: through the shield, or (no_limiter_control) the bare operation.
-  template <class Token>
-  auto call_a(Token&& token) {
-    if constexpr (no_limiter) {
-      return promise.wait(std::forward<Token>(token));
-    } else {
-      return shield.execute_async([this](auto t) { return promise.wait(std::move(t)); },
-                                  std::forward<Token>(token));
-    }
-  }
-  // Call B: through the shield, or parked until A's completion starts its operation.
-  template <class Token>
-  auto call_b(Token&& token) {
-    if constexpr (no_limiter) {
-      return gate.wait(std::forward<Token>(token));
-    } else {
-      return shield.execute_async([](auto t) { return async_answer(std::move(t)); },
-                                  std::forward<Token>(token));
-    }
-  }
-  // A's handler; without kevlar it then starts B's operation, in the order a grant runs after
-  // the releasing call's handler.
-  void a_done() {
-    one_done();
-    if constexpr (no_limiter) gate.resume();
-  }
-  void b_done(int v) {
-    b_value = v;
-    one_done();
-  }
-
-  void start() {
-    done = 0;
-    polls = 0;
-    if (caller == Caller::callback) {
-      call_a(asio::bind_executor(ioc, [this](error_code, int) { a_done(); }));
-      call_b(asio::bind_executor(ioc, [this](error_code ec, int v) { b_done(ec ? -1 : v); }));
-    } else {
-      // A failure is counted all the same: an error must end the run, not hang it.
-      asio::co_spawn(
-          ioc,
-          [this]() -> asio::awaitable<void> {
-            try {
-              co_await call_a(asio::deferred);
-            } catch (...) {
-            }
-            a_done();
-          },
-          asio::detached);
-      asio::co_spawn(
-          ioc,
-          [this]() -> asio::awaitable<void> {
-            int v = -1;
-            try {
-              v = co_await call_b(asio::deferred);
-            } catch (...) {
-            }
-            b_done(v);
-          },
-          asio::detached);
-    }
-    fire_when_b_queued();
-  }
-  [[nodiscard]] bool b_parked() const noexcept {
-    if constexpr (no_limiter) {
-      return gate.pending();
-    } else {
-      return queued(limiter);
-    }
-  }
-  // A takes the permit and parks on the promise, then B queues. Started from inside the loop,
-  // both happen before start() returns (co_spawn runs a coroutine inline up to its first
-  // suspension when already on its executor); the check stays, so that a pair in which B did not
-  // queue is reported rather than measured. The promise fires only then.
-  void fire_when_b_queued() {
-    if (promise.pending() && (b_parked() || done > 0)) {
-      // done > 0: B ran first, without queueing; A waits on the promise now. Not a queued
-      // handoff: the run ends with an error after this pair.
-      if (done > 0) b_was_queued = false;
-      promise.fire();
-      return;
-    }
-    if (++polls > max_fire_polls) {  // neither state came: end the run with an error, not a hang
-      b_was_queued = false;
-      if (promise.pending()) promise.fire();
-      finish();
-      return;
-    }
-    asio::post(ioc, [this] { fire_when_b_queued(); });
-  }
-  void one_done() {
-    if (++done < 2) return;
-    if (warm_up > 0) {
-      --warm_up;
-      start();
-      return;
-    }
-    if (!allocs) allocs.emplace();
-    if (b_was_queued && state.KeepRunning()) {
-      start();
-      return;
-    }
-    finish();
-  }
+  void measuring() { allocs.emplace(); }
+  bool next() { return state.KeepRunning(); }
 };
 
-/// Runs the pairs back to back inside one io_context::run(), as a server's loop runs: each pair
-/// starts from the completion that ends the one before. Asio keeps its per-thread state, the
-/// recycling allocator's cache among it, for the length of one run() call; a harness calling
-/// run_one()/poll_one() per handler rebuilt it at every call, which cost every pair that set-up
-/// and made every coroutine frame miss the cache.
 template <class Strategy>
 void run_pair(benchmark::State& state, const kevlar::Shield& shield, const Strategy& limiter,
               asio::io_context& ioc, Caller caller, Regime regime, const char* label) {
   keep_second_thread_alive();
-  std::optional<asio::steady_timer> live;
-  if (regime == Regime::live_io) {
-    live.emplace(ioc, std::chrono::hours(1));
-    live->async_wait([](error_code) {});
-  }
-  auto guard = asio::make_work_guard(ioc);
-
-  PairDriver<Strategy> d(state, shield, limiter, ioc, caller);
-  d.finish = [&] {
-    if (live) live->cancel();
-    guard.reset();
-  };
-  asio::post(ioc, [&] { d.start(); });
-  ioc.run();
-  if (d.allocs) d.allocs->report(state);
-  if (!d.b_was_queued) {
+  BenchmarkLoop loop{state, std::nullopt};
+  const kevlar::bench::PairRun run =
+      kevlar::bench::run_pairs(loop, shield, limiter, ioc, caller, regime);
+  if (loop.allocs) loop.allocs->report(state);
+  if (!run.b_was_queued) {
     state.SkipWithError("B did not queue: not a queued handoff");
-  } else if (d.b_value != 42) {
+  } else if (run.b_value != 42) {
     state.SkipWithError("B did not return 42");
   }
   state.SetLabel(label);
@@ -313,12 +156,7 @@ void pair_benchmark(benchmark::State& state, Make make_strategy, Caller caller, 
                                   : "live I/O (pending timer); ns and allocations per pair");
 }
 
-auto unpaired = [](asio::io_context&) {
-  kevlar::ConcurrencyLimitOptions o;
-  o.max_concurrency = 1;
-  o.max_queue = 1;
-  return kevlar::ConcurrencyLimitStrategy::create(o);
-};
+auto unpaired = [](asio::io_context&) { return kevlar::bench::pair_limiter(); };
 auto mutex_control = [](asio::io_context& ioc) {
   return std::make_shared<TwoObjectLimiter<kevlar::bench::MutexDequeSemaphore>>(
       1, 1, ioc.get_executor(), 0u);

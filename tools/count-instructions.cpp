@@ -2,11 +2,15 @@
 // tools/count-instructions.sh. `<shield>` runs synchronous calls (Shield::execute);
 // `async_<shield>` runs the same shield's calls one after another from a coroutine on an
 // io_context (`co_await shield.execute_async(op, deferred)`, the operation completing through a
-// post, as BM_Overhead/one_layer_async does).
+// post, as BM_Overhead/one_layer_async does); `pair_<semaphore>_<caller>` runs queued-handoff
+// pairs, the idle cells of BM_QueuedHandoffPair (benchmarks/handoff_pair.hpp), and counts a pair
+// as one call.
 //
 // Wall-clock times on a shared VM move by 10-30 % between runs; instruction counts do not. The
 // script runs this program under callgrind with N and 2N calls and divides the difference by N,
 // which cancels start-up and shield construction.
+#include "handoff_pair.hpp"
+
 #include <kevlar/kevlar.hpp>
 #include <kevlar/timeout.hpp>
 
@@ -23,9 +27,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -70,6 +77,58 @@ int run_async(const kevlar::Shield& shield, long calls) {
   return x;
 }
 
+/// Runs `pairs` measured pairs (after the driver's warm-up) of one idle BM_QueuedHandoffPair cell:
+/// `unpaired_callback`, `unpaired_coroutine`, `no_limiter_control_callback` or
+/// `no_limiter_control_coroutine`.
+int run_pair_cell(const char* cell, long pairs) {
+  using kevlar::bench::Caller;
+  struct CountedLoop {
+    long left;
+    void measuring() {}
+    bool next() { return left-- > 0; }
+  };
+  // As the benchmark does: glibc elides atomics while a process has one thread; a server has many.
+  struct Parked {
+    std::mutex m;
+    std::condition_variable cv;
+    bool stop = false;
+    std::thread t{[this] {
+      std::unique_lock lock(m);
+      cv.wait(lock, [this] { return stop; });
+    }};
+    ~Parked() {
+      {
+        std::lock_guard lock(m);
+        stop = true;
+      }
+      cv.notify_one();
+      t.join();
+    }
+  } parked;
+  const std::string name = cell;
+  const Caller caller = name.ends_with("_coroutine") ? Caller::coroutine : Caller::callback;
+  boost::asio::io_context ioc(1);
+  CountedLoop loop{pairs};
+  kevlar::bench::PairRun run;
+  if (name.starts_with("no_limiter_control_")) {
+    const kevlar::bench::NoLimiter none;
+    run = kevlar::bench::run_pairs(loop, kevlar::Shield{}, none, ioc, caller,
+                                   kevlar::bench::Regime::idle);
+  } else if (name.starts_with("unpaired_")) {
+    const auto limiter = kevlar::bench::pair_limiter();
+    run = kevlar::bench::run_pairs(loop, kevlar::Shield{}.use(limiter), *limiter, ioc, caller,
+                                   kevlar::bench::Regime::idle);
+  } else {
+    std::fprintf(stderr, "unknown pair cell %s\n", cell);
+    std::exit(2);
+  }
+  if (!run.b_was_queued || run.b_value != 42) {
+    std::fprintf(stderr, "pair %s: not a queued handoff returning 42\n", cell);
+    std::exit(1);
+  }
+  return run.b_value;
+}
+
 kevlar::Shield make(const char* name) {
   using namespace std::chrono_literals;
   const kevlar::Shield empty;
@@ -103,6 +162,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const long calls = std::atol(argv[2]);
+  if (std::strncmp(argv[1], "pair_", 5) == 0) {
+    std::printf("%d\n", run_pair_cell(argv[1] + 5, calls));
+    return 0;
+  }
   if (std::strncmp(argv[1], "async_", 6) == 0) {
     std::printf("%d\n", run_async(make(argv[1] + 6), calls));
     return 0;

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Instructions per call (callgrind) of an empty shield, one pass-through strategy and each built-in
 # strategy, synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
-# execute_async calls on an io_context), with the kevlar_count_instructions driver of a Release
-# build that has benchmarks enabled (cmake --preset release; ninja -C <dir>
-# kevlar_count_instructions).
+# execute_async calls on an io_context), and per queued-handoff pair (pair_*: the idle cells of
+# BM_QueuedHandoffPair), with the kevlar_count_instructions driver of a Release build that has
+# benchmarks enabled (cmake --preset release; ninja -C <dir> kevlar_count_instructions).
 #
 #   tools/count-instructions.sh [build-dir]     (default: build/release, else build)
 #
-# Deterministic where wall-clock benchmarks on a shared VM are not; compare revisions with it.
+# Each count runs the driver under callgrind with N and 2N calls and divides the difference by N,
+# which cancels start-up and set-up. Deterministic where wall-clock benchmarks on a shared VM are
+# not; tools/check-instructions.sh compares these counts with the committed baseline.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-}"
@@ -18,16 +20,31 @@ fi
 exe="$build/kevlar_count_instructions"
 [[ -x "$exe" ]] || { echo "no $exe: build the kevlar_count_instructions target first" >&2; exit 1; }
 command -v valgrind > /dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
-count() {  # instructions executed for $2 calls of shield $1
-  valgrind --tool=callgrind --callgrind-out-file=/dev/null "$exe" "$1" "$2" 2>&1 |
-    awk '/Collected/ {print $4}'
+
+# The modes, each with its N (fewer for the slower shapes, to keep the whole run near a minute).
+modes=(
+  "empty 100000" "pass_through 100000" "retry 100000" "timeout 100000" "circuit_breaker 100000"
+  "concurrency_limit 100000" "fallback 100000" "timeout_retry_breaker 100000"
+  "async_empty 20000" "async_pass_through 20000" "async_retry 20000" "async_timeout 20000"
+  "async_circuit_breaker 20000" "async_concurrency_limit 20000" "async_timeout_retry_breaker 20000"
+  "pair_unpaired_callback 10000" "pair_unpaired_coroutine 5000"
+  "pair_no_limiter_control_callback 10000" "pair_no_limiter_control_coroutine 5000"
+)
+
+count() {  # instructions executed for $2 calls of mode $1
+  local out
+  out=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$exe" "$1" "$2" 2>&1) || {
+    echo "count-instructions: $exe $1 $2 failed under callgrind:" >&2
+    echo "$out" >&2
+    return 1
+  }
+  awk '/Collected/ {print $4}' <<< "$out"
 }
-n=100000
-printf '%-28s %s\n' shield 'instructions/call'
-for shield in empty pass_through retry timeout circuit_breaker concurrency_limit fallback \
-  timeout_retry_breaker async_empty async_pass_through async_retry async_timeout \
-  async_circuit_breaker async_concurrency_limit async_timeout_retry_breaker; do
-  a=$(count "$shield" "$n")
-  b=$(count "$shield" $((2 * n)))
-  printf '%-28s %d\n' "$shield" $(((b - a) / n))
+
+printf '%-36s %s\n' mode 'instructions/call'
+for entry in "${modes[@]}"; do
+  read -r mode n <<< "$entry"
+  a=$(count "$mode" "$n")
+  b=$(count "$mode" $((2 * n)))
+  printf '%-36s %d\n' "$mode" $(((b - a) / n))
 done

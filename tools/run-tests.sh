@@ -7,6 +7,8 @@
 #   b  clang-release  clang++ Release: tests, benchmarks, samples
 #   c  gcc-asan       g++ AddressSanitizer + UBSan: tests
 #   d  gcc-tsan       g++ ThreadSanitizer: the tests labelled "concurrency"
+#   e  instructions   the instruction-count gate: callgrind counts per call of the g++ Release
+#                     build (stage a's directory) against tools/instruction-baseline.txt, 2 %
 # Stops at the first failure. KEVLAR_STAGES="a c" runs a subset; KEVLAR_JOBS overrides -j2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/.."
 source tools/lib/deps.sh
 
 jobs="${KEVLAR_JOBS:-2}"
-stages="${KEVLAR_STAGES:-a b c d}"
+stages="${KEVLAR_STAGES:-a e b c d}"
 summary=()
 current_stage=""
 started_at=$SECONDS
@@ -66,13 +68,13 @@ run_ctest() {
   shift
   "${sanitizer_runner[@]}" ctest --test-dir "$dir" --output-on-failure --no-tests=error \
     -j "$jobs" "$@" 2>&1 | tee "$dir/ctest.log"
-  tests_run=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$dir/ctest.log" | tail -1)
+  tests_run=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1 tests/p' "$dir/ctest.log" | tail -1)
 }
 
 # finish_stage <label>: records the stage's time and test count for the final summary.
 finish_stage() {
   local elapsed=$((SECONDS - stage_started))
-  summary+=("$1 ok ($(printf '%dm%02ds' $((elapsed / 60)) $((elapsed % 60))), ${tests_run:-?} tests)")
+  summary+=("$1 ok ($(printf '%dm%02ds' $((elapsed / 60)) $((elapsed % 60))), ${tests_run:-? tests})")
   echo "run-tests: stage $1 passed in ${elapsed}s"
 }
 
@@ -125,8 +127,21 @@ for stage in $stages; do
         -DKEVLAR_PACKAGE_TESTS=OFF
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest "$dir" -L concurrency
       ;;
+    e)
+      current_stage="e instructions"
+      kevlar_banner "stage e: instruction-count gate (callgrind, tolerance 2 %)"
+      dir=build/ci-gcc-release
+      # Stage a's configuration: after stage a, only the driver is checked for being up to date.
+      cmake -S . -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release \
+        "${KEVLAR_CMAKE_LAUNCHER[@]}" -DKEVLAR_WARNINGS_AS_ERRORS=ON -DKEVLAR_BUILD_TESTS=ON \
+        -DKEVLAR_BUILD_BENCHMARKS=ON -DKEVLAR_BUILD_SAMPLES=ON -DKEVLAR_PACKAGE_TESTS=ON \
+        -DKEVLAR_SANITIZE=
+      cmake --build "$dir" --target kevlar_count_instructions --parallel "$jobs"
+      ./tools/check-instructions.sh "$dir" | tee "$dir/instructions.log"
+      tests_run="$(grep -c ' ok$' "$dir/instructions.log" || true) counts"
+      ;;
     *)
-      echo "run-tests: unknown stage '$stage' in KEVLAR_STAGES (use a, b, c, d)" >&2
+      echo "run-tests: unknown stage '$stage' in KEVLAR_STAGES (use a, b, c, d, e)" >&2
       exit 2
       ;;
   esac
