@@ -1,3 +1,4 @@
+#include <kevlar/detail/observer_layers.hpp>
 #include <kevlar/shield.hpp>
 
 #include <sstream>
@@ -19,19 +20,29 @@ std::size_t round_up(std::size_t n) {
 /// Recomputes the engine's view of `p` and checks the chain's rules.
 void seal(detail::Pipeline& p) {
   const std::size_t n = p.strategies.size();
+  const bool observed = !p.observers.empty();
   p.layers.clear();
-  p.layers.reserve(n);
+  p.layers.reserve(n + (observed ? 2 : 0));
   std::size_t offset = 0;
   bool needs_executor = false;
+  // An observed shield runs kevlar's execution observer outermost and its attempt observer
+  // innermost; a shield without observers has neither (and pays nothing for events).
+  const auto add_observer_layer = [&](Strategy& s) {
+    p.layers.push_back(
+        detail::PipelineLayer{&s, Clause::default_clause().get(), offset, false, true});
+    offset += round_up(s.traits().frame_size);
+  };
+  if (observed) add_observer_layer(detail::execution_observer());
   std::vector<StrategyTraits> traits;
   traits.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     traits.push_back(p.strategies[i]->traits());
     p.layers.push_back(detail::PipelineLayer{p.strategies[i].get(), p.clauses[i].get(), offset,
-                                             p.clauses[i]->judges_results()});
+                                             p.clauses[i]->judges_results(), observed});
     offset += round_up(traits.back().frame_size);
     needs_executor = needs_executor || traits.back().needs_executor;
   }
+  if (observed) add_observer_layer(detail::attempt_observer());
   for (std::size_t i = 0; i < n; ++i) {
     for (std::size_t j = 0; j < i; ++j) {
       if (traits[i].stateful && p.strategies[i] == p.strategies[j]) {
@@ -56,8 +67,11 @@ void seal(detail::Pipeline& p) {
       }
     }
   }
+  p.observer_set =
+      observed ? std::make_shared<const detail::ObserverSet>(p.observers, p.name) : nullptr;
+  p.view.observers = observed ? &p.observer_set : nullptr;
   p.view.layers = p.layers.data();
-  p.view.size = n;
+  p.view.size = p.layers.size();
   p.view.frame_bytes = offset;
   p.view.needs_executor = needs_executor;
   p.view.clock = p.clock ? p.clock.get() : Clock::steady().get();
@@ -109,6 +123,22 @@ Shield Shield::with_name(std::string name) const {
   return Shield(std::move(p));
 }
 
+Shield Shield::observed_by(std::shared_ptr<Observer> observer) const {
+  if (!observer) throw std::invalid_argument("kevlar::Shield::observed_by: the observer is null");
+  auto p = copy_of(p_);
+  p->observers.push_back(std::move(observer));
+  seal(*p);
+  return Shield(std::move(p));
+}
+
+std::uint64_t Shield::observer_failures() const noexcept {
+  return p_ && p_->observer_set ? p_->observer_set->failures() : 0;
+}
+
+std::exception_ptr Shield::first_observer_failure() const {
+  return p_ && p_->observer_set ? p_->observer_set->first_failure() : nullptr;
+}
+
 Shield Shield::with_clock(std::shared_ptr<const Clock> clock) const {
   if (!clock) throw std::invalid_argument("kevlar::Shield::with_clock: the clock is null");
   auto p = copy_of(p_);
@@ -125,6 +155,7 @@ Shield Shield::wrap(const Shield& inner) const {
                        inner.p_->strategies.end());
   p->clauses.insert(p->clauses.end(), inner.p_->clauses.begin(), inner.p_->clauses.end());
   if (!p->name) p->name = inner.p_->name;
+  p->observers.insert(p->observers.end(), inner.p_->observers.begin(), inner.p_->observers.end());
   if (!p->clock) p->clock = inner.p_->clock;
   if (inner.p_->ambient) p->ambient = inner.p_->ambient;
   seal(*p);

@@ -8,6 +8,7 @@
 #include <kevlar/detail/call_base.hpp>
 #include <kevlar/detail/sync_call.hpp>
 #include <kevlar/error.hpp>
+#include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/strategy.hpp>
 
@@ -60,6 +61,9 @@ struct Pipeline {
   std::shared_ptr<const Clause> ambient;  ///< clause for strategies added next (null: default)
   std::shared_ptr<const Clock> clock;     ///< null: Clock::steady()
   std::optional<std::string> name;
+  std::vector<std::shared_ptr<Observer>> observers;
+  /// What executions deliver events to: rebuilt by every seal (null without observers).
+  std::shared_ptr<const ObserverSet> observer_set;
 };
 
 }  // namespace detail
@@ -117,6 +121,15 @@ class Shield {
   /// strategy instances. Throws std::invalid_argument for a null clock.
   [[nodiscard]] Shield with_clock(std::shared_ptr<const Clock> clock) const;
 
+  /// A copy whose executions deliver their events (<kevlar/observer.hpp>) to `observer` as well as
+  /// to the observers already attached; shares the strategy instances. A shield without observers
+  /// builds no event and pays nothing for them. Throws std::invalid_argument for a null observer.
+  [[nodiscard]] Shield observed_by(std::shared_ptr<Observer> observer) const;
+  /// Exceptions this shield's observers threw and that were swallowed (see Observer). Thread-safe.
+  [[nodiscard]] std::uint64_t observer_failures() const noexcept;
+  /// The first of them, or null. Thread-safe.
+  [[nodiscard]] std::exception_ptr first_observer_failure() const;
+
   /// `*this` around `inner`: this shield's strategies, then inner's (same instances). Name and
   /// clock: this shield's if set, else inner's; the clause in force afterwards: inner's if set,
   /// else this one's. Validated like use().
@@ -166,7 +179,7 @@ class Shield {
   /// `(empty)` for an empty shield.
   [[nodiscard]] std::string describe() const;
   /// Number of strategies.
-  [[nodiscard]] std::size_t size() const noexcept { return p_ ? p_->layers.size() : 0; }
+  [[nodiscard]] std::size_t size() const noexcept { return p_ ? p_->strategies.size() : 0; }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   /// The name given by with_name, if any.
   [[nodiscard]] const std::optional<std::string>& name() const noexcept;
@@ -264,7 +277,7 @@ class Shield {
   /// shield the factory's awaitable is returned as it is.
   template <AwaitableFactory F>
   auto execute_async(F factory) const -> std::remove_cvref_t<std::invoke_result_t<F&>> {
-    if (empty()) return factory();
+    if (p_ == nullptr || p_->layers.empty()) return factory();  // no strategy, no observer
     return run_factory(*this, std::move(factory));
   }
 
@@ -310,7 +323,8 @@ class Shield {
   auto initiate(A attempt, Token&& token) const {
     // An empty shield hands the caller's handler straight to the operation. Otherwise the
     // execution keeps the pipeline alive (a temporary shield may run a callback-style call).
-    std::shared_ptr<const detail::Pipeline> p = empty() ? nullptr : p_;
+    // (No strategy and no observer: no layer.)
+    std::shared_ptr<const detail::Pipeline> p = p_ == nullptr || p_->layers.empty() ? nullptr : p_;
     return boost::asio::async_initiate<Token, Sig>(
         [](auto handler, std::shared_ptr<const detail::Pipeline> pipeline, A a) {
           if (pipeline == nullptr) {

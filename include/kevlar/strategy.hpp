@@ -6,6 +6,7 @@
 #include <kevlar/context.hpp>
 #include <kevlar/detail/block_cache.hpp>
 #include <kevlar/detail/call_base.hpp>
+#include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -68,8 +69,14 @@ class Layer {
   /// The outcome the inner part of the pipeline produced (meaningful in on_inner_complete and
   /// after it; a strategy that completes without running the inner part sets it first).
   [[nodiscard]] OutcomeRef outcome() const noexcept { return OutcomeRef(call_->outcome()); }
-  /// Zero-based position of this strategy in the pipeline (0 is the outermost).
+  /// Zero-based position of this layer in the engine's pipeline (0 is the outermost). With
+  /// observers attached, kevlar's own execution observer is layer 0: name the strategy to users
+  /// with strategy_index().
   [[nodiscard]] std::size_t index() const noexcept { return index_; }
+  /// Zero-based position of this strategy among the shield's strategies (Shield::strategies()).
+  [[nodiscard]] std::size_t strategy_index() const noexcept {
+    return entry_->observed ? index_ - 1 : index_;
+  }
   /// True for Shield::execute, false for Shield::execute_async.
   [[nodiscard]] bool synchronous() const noexcept { return call_->synchronous(); }
   /// The shield's clock.
@@ -128,6 +135,20 @@ class Layer {
     call_->cancel_inner(index_, type);
   }
 
+  /// True if the shield has observers (Shield::observed_by): only then is an event worth building.
+  [[nodiscard]] bool observed() const noexcept { return entry_->observed; }
+  /// Delivers an event about this strategy's decision to the shield's observers (nothing if there
+  /// are none), synchronously, on this thread. Never throws: an observer's exception is swallowed
+  /// and counted (see Observer). Call it outside any lock of the strategy.
+  template <class Detail>
+  void emit(Detail&& detail) const noexcept {
+    if (!observed()) return;
+    emit_event(Event::Detail(std::forward<Detail>(detail)));
+  }
+  /// What a stateful strategy passes to its state machine's transitions (detail::TransitionScope):
+  /// the shield's observers and this strategy's position. Empty when nobody listens.
+  [[nodiscard]] detail::TransitionSource transition_source() const noexcept;
+
   /// The engine's execution object, for kevlar's own strategies that hand it to internal
   /// machinery (the timeout's deadline queue). Not part of the stable interface.
   [[nodiscard]] detail::CallBase* call() const noexcept { return call_; }
@@ -149,6 +170,7 @@ class Layer {
 
  private:
   [[nodiscard]] bool judge() const noexcept;
+  void emit_event(Event::Detail detail) const noexcept;
 
   detail::CallBase* call_;
   const detail::PipelineLayer* entry_;  ///< this position's strategy, clause and frame offset

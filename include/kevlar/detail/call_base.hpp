@@ -26,12 +26,15 @@ enum class Step : unsigned char;
 
 namespace detail {
 
+class ObserverSet;
+
 /// One position of a pipeline, as the engine sees it.
 struct PipelineLayer {
   Strategy* strategy;
   const Clause* clause;
   std::size_t frame_offset;
   bool judges_results;  ///< clause->judges_results(), read on every success without a hop
+  bool observed = false;  ///< the shield has observers (PipelineView::observers), one load away
 };
 
 /// The immutable description of a pipeline an execution runs.
@@ -42,6 +45,10 @@ struct PipelineView {
   const Clock* clock = nullptr;
   /// Some layer's StrategyTraits::needs_executor: refuse handlers without an executor.
   bool needs_executor = false;
+  /// The shield's observers, or nullptr when nobody listens (every emission point tests this
+  /// first). When set, layer 0 and the last layer are kevlar's own execution and attempt
+  /// observers, and the user's strategy i is layer i + 1.
+  const std::shared_ptr<const ObserverSet>* observers = nullptr;
 };
 
 inline constexpr std::size_t no_layer = std::numeric_limits<std::size_t>::max();

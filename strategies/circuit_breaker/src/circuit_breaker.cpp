@@ -213,8 +213,14 @@ std::uint64_t CircuitBreakerCore::enqueue(CircuitState from, CircuitState to) {
   const std::uint64_t seq = next_seq_;
   // A change made from inside an observer (reentrant) belongs to the change being delivered.
   const bool reentrant = publishing_ && publisher_ == std::this_thread::get_id();
-  queue_.push_back(
-      Event{{from, to, last_exception_, last_error_}, seq, reentrant ? delivering_owner_ : seq});
+  // The causing call's shield, if observed (set by the strategy around its calls into the core).
+  const detail::TransitionSource& source = detail::tl_transition_source;
+  queue_.push_back(Event{{from, to, last_exception_, last_error_},
+                         seq,
+                         reentrant ? delivering_owner_ : seq,
+                         source.observers != nullptr ? *source.observers : nullptr,
+                         source.strategy_index,
+                         source.strategy});
   ++next_seq_;
   return seq;
 }
@@ -483,6 +489,15 @@ void CircuitBreakerCore::deliver(std::uint64_t ticket) {
             }
           }
         }
+        if (e.shield_observers) {  // never throws: a shield observer's exception is swallowed
+          EventSource source;
+          source.shield_name = e.shield_observers->name();
+          source.strategy_index = e.strategy_index;
+          source.strategy = e.strategy;
+          e.shield_observers->deliver(kevlar::Event{
+              source, BreakerTransition{e.change.from, e.change.to,
+                                        kevlar::Failure{e.change.last_error, e.change.last_exception}}});
+        }
         lock.lock();
         for (std::exception_ptr& ep : failed) {
           try {
@@ -553,11 +568,18 @@ StrategyTraits CircuitBreaker::traits() const noexcept {
 Step CircuitBreaker::on_start(Layer& layer) {
   Frame* f = ::new (layer.frame()) Frame{};
   if (core_.try_admit_closed()) return Step::run_inner;
+  const detail::TransitionScope transitions(layer.transition_source());  // open -> half-open
   const CircuitBreakerCore::Admission a = core_.admit(layer.clock().now());
   if (!a.admitted()) {
-    layer.outcome().set_rejection(
-        make_error_code(a.state == CircuitState::isolated ? errc::isolated : errc::circuit_open),
-        a.retry_after);
+    const bool isolated = a.state == CircuitState::isolated;
+    if (layer.observed()) {
+      std::optional<Clock::duration> retry_after;
+      if (a.retry_after) retry_after = *a.retry_after;
+      layer.emit(Rejected{isolated ? RejectionKind::isolated : RejectionKind::circuit_open,
+                          retry_after});
+    }
+    layer.outcome().set_rejection(make_error_code(isolated ? errc::isolated : errc::circuit_open),
+                                  a.retry_after);
     return Step::complete;
   }
   f->admission = a;
@@ -569,6 +591,7 @@ Step CircuitBreaker::on_inner_complete(Layer& layer) {
   Frame& f = layer.frame_as<Frame>();
   f.settled = true;
   if (layer.handled()) {
+    const detail::TransitionScope transitions(layer.transition_source());  // may open
     const OutcomeRef o = layer.outcome();
     core_.record_failure(layer.clock().now(), f.admission,
                          {o.exception(), o.error(), &layer.context()});
@@ -581,8 +604,14 @@ Step CircuitBreaker::on_inner_complete(Layer& layer) {
     core_.release(f.admission);  // the caller's cancellation says nothing about the dependency
     return Step::complete;
   }
-  core_.record_success(core_.ratio_mode() ? layer.clock().coarse_now() : Clock::time_point{},
-                       f.admission);
+  const Clock::time_point now =
+      core_.ratio_mode() ? layer.clock().coarse_now() : Clock::time_point{};
+  if (layer.observed()) {
+    const detail::TransitionScope transitions(layer.transition_source());  // may close
+    core_.record_success(now, f.admission);
+  } else {
+    core_.record_success(now, f.admission);
+  }
   return Step::complete;
 }
 

@@ -57,10 +57,17 @@ ConcurrencyLimitState ConcurrencyLimitStrategy::state() const noexcept {
   return {limit - s.available, s.queued, s.available, s.closed};
 }
 
+/// Reports the limiter's accounting to the shield's observers (only called when observed).
+[[gnu::noinline]] void ConcurrencyLimitStrategy::emit_state(Layer& layer) const noexcept {
+  const ConcurrencyLimitState s = state();
+  layer.emit(LimiterStateChanged{s.running, s.queued});
+}
+
 Step ConcurrencyLimitStrategy::on_start(Layer& layer) {
   Frame& f = *::new (layer.frame()) Frame{};
   if (semaphore_.try_acquire()) {  // the uncontended path: one CAS
     f.phase = Phase::holding;
+    if (layer.observed()) emit_state(layer);
     return Step::run_inner;
   }
   if (semaphore_.ledger().full()) {  // decided from one load, no allocation
@@ -79,6 +86,7 @@ Step ConcurrencyLimitStrategy::on_start(Layer& layer) {
       return Step::complete;
     }
     f.phase = Phase::holding;
+    if (layer.observed()) emit_state(layer);
     return Step::run_inner;
   }
   // The queue wait's cancellation handler lives in the execution: parking allocates nothing.
@@ -98,6 +106,7 @@ Step ConcurrencyLimitStrategy::on_wait_complete(Layer& layer, const boost::syste
   }
   if (!ec) {
     f.phase = Phase::holding;
+    if (layer.observed()) emit_state(layer);
     return Step::run_inner;
   }
   if (ec == errc::concurrency_limit_exceeded) return reject(layer);  // lost a race for the queue
@@ -109,7 +118,11 @@ Step ConcurrencyLimitStrategy::reject(Layer& layer) {
   Frame& f = layer.frame_as<Frame>();
   const ConcurrencyLimitRejectedEvent event{static_cast<std::uint32_t>(options_.max_concurrency),
                                             static_cast<std::uint32_t>(options_.max_queue),
-                                            layer.index(), layer.context()};
+                                            layer.strategy_index(), layer.context()};
+  if (layer.observed()) {
+    layer.emit(Rejected{RejectionKind::concurrency_limit, std::nullopt});
+    emit_state(layer);
+  }
   if (options_.on_rejected) options_.on_rejected(event);  // a throw becomes the outcome
   if (!options_.on_rejected_async) {
     layer.outcome().set_rejection(LimiterLedger::rejection(), std::nullopt);
@@ -140,6 +153,7 @@ Step ConcurrencyLimitStrategy::on_inner_complete(Layer& layer) {
   Frame& f = layer.frame_as<Frame>();
   f.phase = Phase::acquiring;
   semaphore_.release();  // one CAS, or a handoff to the oldest waiter
+  if (layer.observed()) emit_state(layer);
   return Step::complete;
 }
 

@@ -1,6 +1,7 @@
 // The retry strategy: a loop over the engine's steps, its decisions taken by Backoff (pure) and a
 // per-execution retry counter kept in the layer's frame.
 #include <kevlar/detail/duration_format.hpp>
+#include <kevlar/detail/observer_layers.hpp>
 #include <kevlar/retry.hpp>
 
 #include <boost/asio/error.hpp>
@@ -244,6 +245,9 @@ Step RetryStrategy::retry(Layer& layer, int& used) {
     const std::optional<Clock::duration> generated =
         options_.delay_generator(RetryEvent{attempt, delay, layer.outcome(), layer.context()});
     if (generated && *generated >= Clock::duration::zero()) delay = cap(*generated);
+  }
+  if (layer.observed()) {
+    layer.emit(RetryScheduled{attempt, delay, detail::failure_of_outcome(layer.outcome())});
   }
   if (options_.on_retry) {
     options_.on_retry(RetryEvent{attempt, delay, layer.outcome(), layer.context()});

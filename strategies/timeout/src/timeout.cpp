@@ -129,6 +129,7 @@ Step TimeoutStrategy::on_inner_complete(Layer& layer) {
   const bool timed_out = !outer && (layer.cancelled_inner() || now >= deadline);
   if (!timed_out) return Step::complete;
   outcome.set_error(make_error_code(errc::timeout));
+  layer.emit(TimeoutFired{budget});
   if (options_.on_timeout) options_.on_timeout(TimeoutEvent{budget, layer.context()});
   return Step::complete;
 }

@@ -262,6 +262,11 @@ class CircuitBreakerCore {
     CircuitStateChange change;
     std::uint64_t seq;
     std::uint64_t owner;  ///< the seq whose caller receives the observers' exceptions
+    /// The shield whose call caused the change, when that shield has observers (Shield::
+    /// observed_by): they receive it as a BreakerTransition after the breaker's own observers.
+    std::shared_ptr<const detail::ObserverSet> shield_observers;
+    std::size_t strategy_index = EventSource::no_strategy;
+    const Strategy* strategy = nullptr;
   };
   struct OpeningReservation {
     std::uint64_t token = 0;

@@ -249,6 +249,7 @@ class ConcurrencyLimitStrategy final : public Strategy {
 
  private:
   Step reject(Layer& layer);
+  void emit_state(Layer& layer) const noexcept;
   ConcurrencyLimitOptions options_;
   BasicUnpairedSemaphore<LimiterLedger> semaphore_;
 };

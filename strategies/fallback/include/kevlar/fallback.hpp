@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kevlar/context.hpp>
+#include <kevlar/detail/observer_layers.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/shield.hpp>
@@ -127,6 +128,7 @@ class FallbackStrategy final : public Strategy {
       out.set_error(make_error_code(errc::invalid_result_type));
       return Step::complete;
     }
+    if (layer.observed()) layer.emit(FallbackTaken{detail::failure_of_outcome(out)});
     if (!options_.on_fallback && !options_.recovery) {
       out.set_value(*options_.value);
       return Step::complete;

@@ -1,0 +1,188 @@
+// kevlar — typed events for every decision a strategy takes, and the observers that receive them.
+#pragma once
+
+#include <kevlar/clock.hpp>
+
+#include <boost/system/error_code.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace kevlar {
+
+class Context;
+class Strategy;
+/// The circuit breaker's states (defined in <kevlar/circuit_breaker.hpp>).
+enum class CircuitState : unsigned char;
+
+/// Why a call was refused without running its inner part.
+enum class RejectionKind : unsigned char {
+  circuit_open,       ///< an open circuit breaker, or a half-open one whose probes are busy
+  isolated,           ///< a circuit breaker isolated by hand
+  rate_limit,         ///< a rate limiter with no permit and no queue place
+  concurrency_limit,  ///< a concurrency limit with every permit and queue place taken
+};
+
+/// `circuit_open`, `isolated`, `rate_limit` or `concurrency_limit` (the metric tag values).
+[[nodiscard]] const char* to_string(RejectionKind kind) noexcept;
+
+/// The failure an event is about: an error code or an exception (exactly one is set).
+struct Failure {
+  boost::system::error_code error;
+  std::exception_ptr exception;
+};
+
+/// An execution (one public execute / execute_async call) completed; emitted once, with the final
+/// outcome, after every strategy has had its say (a fallback's recovery is a success).
+struct ExecutionFinished {
+  bool success = false;
+  Failure failure;               ///< when not a success
+  Clock::duration duration{};    ///< from entering the shield to the final outcome (shield clock)
+  std::uint32_t attempts = 0;    ///< user operations started (0: rejected before any ran)
+};
+
+/// An attempt of the user's operation is about to start.
+struct AttemptStarted {
+  std::uint32_t attempt = 0;  ///< 1 for the first, 2 for the second, ...
+};
+
+/// A retry decided to try again, before its backoff wait.
+struct RetryScheduled {
+  int retry = 0;               ///< 1 for the first retry
+  Clock::duration delay{};     ///< the backoff it waits before the next attempt
+  Failure failure;             ///< the outcome that is being retried
+};
+
+/// A timeout's budget elapsed and it reports `errc::timeout` (before its on_timeout hook).
+struct TimeoutFired {
+  Clock::duration timeout{};  ///< the budget that elapsed
+};
+
+/// A fallback replaced a handled failure (before its on_fallback hook).
+struct FallbackTaken {
+  Failure failure;  ///< the failure it replaced
+};
+
+/// A strategy refused a call without running its inner part (before its rejection hooks).
+struct Rejected {
+  RejectionKind kind = RejectionKind::concurrency_limit;
+  std::optional<Clock::duration> retry_after;  ///< when the strategy expects to admit a call
+};
+
+/// A circuit breaker changed state. Delivered to the observers of the shield whose call caused
+/// the change, in the breaker's order, one at a time (a change made by hand, with reset() or
+/// isolate(), has no shield and reaches only the breaker's own state-change hooks).
+struct BreakerTransition {
+  CircuitState from;
+  CircuitState to;
+  Failure failure;  ///< the failure that tripped the circuit, when one did
+};
+
+/// A concurrency limit's accounting changed: a call took or returned a permit, queued or left the
+/// queue.
+struct LimiterStateChanged {
+  std::uint32_t running = 0;  ///< permits in use
+  std::uint32_t queued = 0;   ///< callers waiting for a permit
+};
+
+/// Where an event comes from.
+struct EventSource {
+  /// The shield's name (Shield::with_name), or nullptr for an unnamed shield.
+  const std::string* shield_name = nullptr;
+  /// Position of the strategy in the shield, outermost 0 (no_strategy for ExecutionFinished and
+  /// AttemptStarted, which belong to the execution).
+  std::size_t strategy_index = no_strategy;
+  /// The strategy (nullptr for the execution's own events).
+  const Strategy* strategy = nullptr;
+  /// The execution's context (do not keep it); nullptr for a breaker change delivered after the
+  /// call that caused it ended.
+  const Context* context = nullptr;
+
+  static constexpr std::size_t no_strategy = std::numeric_limits<std::size_t>::max();
+};
+
+/// One event: its source and what happened.
+struct Event {
+  using Detail = std::variant<ExecutionFinished, AttemptStarted, RetryScheduled, TimeoutFired,
+                              FallbackTaken, Rejected, BreakerTransition, LimiterStateChanged>;
+  EventSource source;
+  Detail detail;
+};
+
+/// Receives the events of the shields it observes (Shield::observed_by).
+///
+/// Delivery: synchronous, on the thread that made the decision, never under a strategy's lock;
+/// the events of one execution arrive in its order, and a breaker's transitions in the breaker's
+/// order, one at a time. Different executions deliver concurrently: on_event must be thread-safe.
+///
+/// Failures: an exception thrown by on_event is swallowed: it never changes a strategy's state or
+/// a call's outcome, and the other observers still receive the event. The shield counts it
+/// (Shield::observer_failures) and keeps the first (Shield::first_observer_failure).
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_event(const Event& event) = 0;
+};
+
+namespace detail {
+
+/// The observers of one sealed pipeline, with its name and the failures they threw.
+class ObserverSet {
+ public:
+  ObserverSet(std::vector<std::shared_ptr<Observer>> observers, std::optional<std::string> name)
+      : observers_(std::move(observers)), name_(std::move(name)) {}
+
+  /// Delivers `event` to every observer; exceptions are swallowed and counted.
+  void deliver(const Event& event) const noexcept;
+
+  [[nodiscard]] const std::string* name() const noexcept { return name_ ? &*name_ : nullptr; }
+  [[nodiscard]] std::uint64_t failures() const noexcept {
+    return failures_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::exception_ptr first_failure() const;
+
+ private:
+  std::vector<std::shared_ptr<Observer>> observers_;
+  std::optional<std::string> name_;
+  mutable std::atomic<std::uint64_t> failures_{0};
+  mutable std::mutex first_mutex_;
+  mutable std::exception_ptr first_failure_;
+};
+
+/// Who caused a state change of a stateful strategy: set by the strategy around the calls into its
+/// state machine that may change state, so that the change is delivered to the observers of the
+/// shield whose call caused it.
+struct TransitionSource {
+  const std::shared_ptr<const ObserverSet>* observers = nullptr;  ///< the causing shield's
+  std::size_t strategy_index = EventSource::no_strategy;
+  const Strategy* strategy = nullptr;
+};
+inline thread_local TransitionSource tl_transition_source{};
+
+/// Marks the calling thread's calls into a state machine as caused by `source` (if observed).
+class TransitionScope {
+ public:
+  explicit TransitionScope(const TransitionSource& source) noexcept
+      : previous_(tl_transition_source) {
+    tl_transition_source = source;
+  }
+  ~TransitionScope() { tl_transition_source = previous_; }
+  TransitionScope(const TransitionScope&) = delete;
+  TransitionScope& operator=(const TransitionScope&) = delete;
+
+ private:
+  TransitionSource previous_;
+};
+
+}  // namespace detail
+}  // namespace kevlar

@@ -1,0 +1,347 @@
+// Observers: every event kind, in order, with its source; a throwing observer changes nothing.
+#include "core/async_ops.hpp"
+
+#include <kevlar/kevlar.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+namespace kevlar {
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using namespace std::chrono_literals;
+
+/// Records every event it receives (copied: an event's context must not be kept).
+class Recorder final : public Observer {
+ public:
+  struct Seen {
+    Event::Detail detail;
+    std::string shield;  ///< "<unnamed>" when the shield has no name
+    std::size_t index;
+    const Strategy* strategy;
+    bool had_context;
+  };
+
+  void on_event(const Event& e) override {
+    const std::lock_guard lock(mutex_);
+    seen_.push_back(Seen{e.detail, e.source.shield_name ? *e.source.shield_name : "<unnamed>",
+                         e.source.strategy_index, e.source.strategy, e.source.context != nullptr});
+  }
+  std::vector<Seen> seen() const {
+    const std::lock_guard lock(mutex_);
+    return seen_;
+  }
+  /// The kinds received, in order, as the variant's alternative indices' names.
+  std::vector<std::string> kinds() const {
+    std::vector<std::string> out;
+    for (const Seen& s : seen()) out.push_back(kind_of(s.detail));
+    return out;
+  }
+  template <class T>
+  std::vector<T> all() const {
+    std::vector<T> out;
+    for (const Seen& s : seen()) {
+      if (const T* t = std::get_if<T>(&s.detail)) out.push_back(*t);
+    }
+    return out;
+  }
+  static std::string kind_of(const Event::Detail& d) {
+    static const char* const names[] = {"finished", "attempt",    "retry",   "timeout",
+                                        "fallback", "rejected",   "breaker", "limiter"};
+    return names[d.index()];
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Seen> seen_;
+};
+
+/// Throws from every event.
+class Thrower final : public Observer {
+ public:
+  std::atomic<int> calls{0};
+  void on_event(const Event&) override {
+    ++calls;
+    throw std::runtime_error("observer failure");
+  }
+};
+
+RetryOptions constant_retries(int n, Clock::duration d) {
+  RetryOptions r;
+  r.max_retries = n;
+  r.backoff = Backoff::constant(d);
+  return r;
+}
+
+CircuitBreakerOptions consecutive(int n) {
+  CircuitBreakerOptions o;
+  o.consecutive_failures = n;
+  o.break_duration = 10s;
+  return o;
+}
+
+struct Observed : ::testing::Test {
+  std::shared_ptr<ManualClock> clock = ManualClock::create();
+  std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
+};
+
+TEST_F(Observed, AnUnobservedShieldHasNoObserverLayers) {
+  const Shield plain = Shield{}.retry(1);
+  const Shield observed = plain.observed_by(recorder);
+  EXPECT_EQ(plain.size(), 1u);
+  EXPECT_EQ(observed.size(), 1u) << "the observer layers are not strategies of the shield";
+  EXPECT_EQ(observed.describe(), plain.describe());
+  EXPECT_EQ(plain.execute([] { return 1; }), 1);
+  EXPECT_TRUE(recorder->seen().empty()) << "observed_by returns a copy; the original is silent";
+  EXPECT_THROW((void)plain.observed_by(nullptr), std::invalid_argument);
+}
+
+TEST_F(Observed, ASuccessfulCallReportsItsAttemptAndItsEnd) {
+  const Shield shield = Shield{}.with_name("api").observed_by(recorder).with_clock(clock);
+  EXPECT_EQ(shield.execute([&] {
+    clock->advance(5ms);
+    return 7;
+  }),
+            7);
+  EXPECT_EQ(recorder->kinds(), (std::vector<std::string>{"attempt", "finished"}));
+  const auto finished = recorder->all<ExecutionFinished>();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_TRUE(finished[0].success);
+  EXPECT_EQ(finished[0].attempts, 1u);
+  EXPECT_EQ(finished[0].duration, 5ms);
+  EXPECT_EQ(recorder->all<AttemptStarted>()[0].attempt, 1u);
+  for (const auto& s : recorder->seen()) {
+    EXPECT_EQ(s.shield, "api");
+    EXPECT_EQ(s.index, EventSource::no_strategy);
+    EXPECT_EQ(s.strategy, nullptr);
+    EXPECT_TRUE(s.had_context);
+  }
+}
+
+TEST_F(Observed, RetriesReportEachDecisionWithItsDelayAndFailure) {
+  const Shield shield = Shield{}.retry(constant_retries(2, 0ms)).observed_by(recorder);
+  int calls = 0;
+  EXPECT_THROW(shield.execute([&]() -> int {
+    ++calls;
+    throw std::runtime_error("down");
+  }),
+               std::runtime_error);
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(recorder->kinds(), (std::vector<std::string>{"attempt", "retry", "attempt", "retry",
+                                                         "attempt", "finished"}));
+  const auto retries = recorder->all<RetryScheduled>();
+  ASSERT_EQ(retries.size(), 2u);
+  EXPECT_EQ(retries[0].retry, 1);
+  EXPECT_EQ(retries[1].retry, 2);
+  EXPECT_EQ(retries[0].delay, 0ms);
+  EXPECT_TRUE(retries[0].failure.exception);
+  const auto finished = recorder->all<ExecutionFinished>();
+  ASSERT_EQ(finished.size(), 1u) << "retries never add executions";
+  EXPECT_FALSE(finished[0].success);
+  EXPECT_TRUE(finished[0].failure.exception);
+  EXPECT_EQ(finished[0].attempts, 3u);
+  for (const auto& s : recorder->seen()) {
+    if (Recorder::kind_of(s.detail) == "retry") {
+      EXPECT_EQ(s.index, 0u);
+      EXPECT_EQ(s.strategy, shield.strategies()[0].get());
+    }
+  }
+}
+
+TEST_F(Observed, AFallbackRecoveryIsASuccessfulExecution) {
+  const Shield shield = Shield{}.fallback(42).retry(constant_retries(2, 0ms)).observed_by(recorder);
+  EXPECT_EQ(shield.execute([]() -> int { throw std::runtime_error("down"); }), 42);
+  EXPECT_EQ(recorder->all<RetryScheduled>().size(), 2u);
+  ASSERT_EQ(recorder->all<FallbackTaken>().size(), 1u);
+  EXPECT_TRUE(recorder->all<FallbackTaken>()[0].failure.exception);
+  const auto finished = recorder->all<ExecutionFinished>();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_TRUE(finished[0].success);
+}
+
+TEST_F(Observed, ATimeoutReportsItsBudget) {
+  const Shield shield = Shield{}.timeout(1s).observed_by(recorder).with_clock(clock);
+  asio::io_context ioc;
+  std::optional<error_code> result;
+  shield.execute_async(test::CompletesOnCancel{},
+                       asio::bind_executor(ioc, [&](error_code ec) { result = ec; }));
+  ioc.poll();
+  clock->advance(1s);
+  for (int i = 0; i < 4 && !result; ++i) ioc.poll();
+  ASSERT_EQ(result, errc::timeout);
+  EXPECT_EQ(recorder->kinds(), (std::vector<std::string>{"attempt", "timeout", "finished"}));
+  EXPECT_EQ(recorder->all<TimeoutFired>()[0].timeout, 1s);
+  EXPECT_EQ(recorder->all<ExecutionFinished>()[0].failure.error, errc::timeout);
+}
+
+TEST_F(Observed, ABreakerReportsItsTransitionsAndRejections) {
+  auto breaker = CircuitBreaker::create(consecutive(2));
+  const Shield shield = Shield{}.use(breaker).observed_by(recorder).with_clock(clock);
+  const auto fail = []() -> int { throw std::runtime_error("down"); };
+  EXPECT_THROW(shield.execute(fail), std::runtime_error);
+  EXPECT_THROW(shield.execute(fail), std::runtime_error);  // opens
+  try {
+    (void)shield.execute([] { return 1; });
+    ADD_FAILURE() << "an open circuit ran the call";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::circuit_open);
+  }
+  clock->advance(10s);
+  EXPECT_EQ(shield.execute([] { return 1; }), 1);  // the probe closes it
+  const auto transitions = recorder->all<BreakerTransition>();
+  ASSERT_EQ(transitions.size(), 3u);
+  EXPECT_EQ(transitions[0].from, CircuitState::closed);
+  EXPECT_EQ(transitions[0].to, CircuitState::open);
+  EXPECT_TRUE(transitions[0].failure.exception);
+  EXPECT_EQ(transitions[1].to, CircuitState::half_open);
+  EXPECT_EQ(transitions[2].to, CircuitState::closed);
+  const auto rejections = recorder->all<Rejected>();
+  ASSERT_EQ(rejections.size(), 1u);
+  EXPECT_EQ(rejections[0].kind, RejectionKind::circuit_open);
+  ASSERT_TRUE(rejections[0].retry_after.has_value());
+  EXPECT_EQ(*rejections[0].retry_after, 10s);
+  for (const auto& s : recorder->seen()) {
+    const std::string kind = Recorder::kind_of(s.detail);
+    if (kind == "breaker" || kind == "rejected") {
+      EXPECT_EQ(s.index, 0u);
+      EXPECT_EQ(s.strategy, breaker.get());
+    }
+  }
+  // A change made by hand reaches the breaker's own hooks, not the shield's observers.
+  breaker->isolate();
+  EXPECT_EQ(recorder->all<BreakerTransition>().size(), 3u);
+  EXPECT_THROW((void)shield.execute([] { return 1; }), Error);
+  EXPECT_EQ(recorder->all<Rejected>().back().kind, RejectionKind::isolated);
+}
+
+TEST_F(Observed, ALimiterReportsItsAccountingAndItsRejections) {
+  ConcurrencyLimitOptions o;
+  o.max_concurrency = 1;
+  o.max_queue = 0;
+  const Shield shield = Shield{}.concurrency_limit(o).observed_by(recorder);
+  asio::io_context ioc;
+  std::function<void(error_code)> open;
+  asio::cancellation_slot slot;
+  int done = 0;
+  // A holds the permit until the test opens its gate; B is rejected.
+  shield.execute_async(
+      [&](auto token) {
+        return asio::async_initiate<decltype(token), void(error_code)>(
+            [&](auto handler) {
+              auto h = std::make_shared<decltype(handler)>(std::move(handler));
+              open = [h](error_code ec) { std::move (*h)(ec); };
+            },
+            token);
+      },
+      asio::bind_executor(ioc, [&](error_code) { ++done; }));
+  std::optional<error_code> rejected;
+  shield.execute_async([&](auto token) { return test::async_answer(ioc.get_executor(), {}, 1, std::move(token)); },
+                       asio::bind_executor(ioc, [&](error_code ec, int) { rejected = ec; }));
+  ioc.poll();
+  ASSERT_EQ(rejected, errc::concurrency_limit_exceeded);
+  std::exchange(open, nullptr)(error_code{});
+  ioc.poll();
+  EXPECT_EQ(done, 1);
+  const auto states = recorder->all<LimiterStateChanged>();
+  ASSERT_EQ(states.size(), 3u);  // A admitted, B rejected, A released
+  EXPECT_EQ(states[0].running, 1u);
+  EXPECT_EQ(states[1].running, 1u);
+  EXPECT_EQ(states[2].running, 0u);
+  const auto rejections = recorder->all<Rejected>();
+  ASSERT_EQ(rejections.size(), 1u);
+  EXPECT_EQ(rejections[0].kind, RejectionKind::concurrency_limit);
+  const auto finished = recorder->all<ExecutionFinished>();
+  ASSERT_EQ(finished.size(), 2u);
+  EXPECT_FALSE(finished[0].success);  // B, rejected first
+  EXPECT_EQ(finished[0].attempts, 0u);
+  EXPECT_TRUE(finished[1].success);
+}
+
+TEST_F(Observed, AThrowingObserverChangesNoOutcomeAndNoStateAndIsCounted) {
+  // Every event kind, through a shield whose first observer throws from each: the outcomes and
+  // the strategies' states are those of the same calls unobserved, and the second observer still
+  // receives every event.
+  auto thrower = std::make_shared<Thrower>();
+  auto breaker = CircuitBreaker::create(consecutive(1));
+  ConcurrencyLimitOptions lo;
+  lo.max_concurrency = 4;
+  auto limiter = ConcurrencyLimitStrategy::create(lo);
+  const Shield base = Shield{}
+                          .fallback(-1)
+                          .timeout(1s)
+                          .retry(constant_retries(1, 0ms))
+                          .use(breaker)
+                          .use(limiter)
+                          .with_clock(clock);
+  const Shield shield = base.observed_by(thrower).observed_by(recorder);
+  EXPECT_EQ(shield.execute([] { return 5; }), 5);
+  // Fails twice: a retry, the breaker opens, the fallback recovers.
+  EXPECT_EQ(shield.execute([]() -> int { throw std::runtime_error("down"); }), -1);
+  EXPECT_EQ(breaker->state(), CircuitState::open);
+  EXPECT_EQ(shield.execute([] { return 5; }), -1);  // rejected by the open circuit, recovered
+  EXPECT_EQ(limiter->state().running, 0u);
+  // A timeout, asynchronously, after the break.
+  clock->advance(10s);
+  asio::io_context ioc;
+  std::optional<error_code> result;
+  const Shield timed = Shield{}.timeout(1s).observed_by(thrower).observed_by(recorder).with_clock(
+      clock);
+  timed.execute_async(test::CompletesOnCancel{},
+                      asio::bind_executor(ioc, [&](error_code ec) { result = ec; }));
+  ioc.poll();
+  clock->advance(1s);
+  for (int i = 0; i < 4 && !result; ++i) ioc.poll();
+  EXPECT_EQ(result, errc::timeout);
+
+  std::vector<std::string> kinds = recorder->kinds();
+  for (const char* kind :
+       {"finished", "attempt", "retry", "timeout", "fallback", "rejected", "breaker", "limiter"}) {
+    EXPECT_NE(std::find(kinds.begin(), kinds.end(), kind), kinds.end()) << kind;
+  }
+  EXPECT_EQ(thrower->calls.load(), static_cast<int>(kinds.size()))
+      << "the throwing observer saw every event the other one saw";
+  EXPECT_EQ(shield.observer_failures() + timed.observer_failures(), kinds.size());
+  ASSERT_TRUE(shield.first_observer_failure());
+  EXPECT_THROW(std::rethrow_exception(shield.first_observer_failure()), std::runtime_error);
+  EXPECT_EQ(base.observer_failures(), 0u);
+}
+
+TEST_F(Observed, ConcurrentExecutionsDeliverEveryEventExactlyOnce) {
+  const Shield shield = Shield{}.retry(constant_retries(1, 0ms)).observed_by(recorder);
+  constexpr int threads = 4;
+  constexpr int calls = 500;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (int i = 0; i < calls; ++i) {
+        int n = 0;
+        (void)shield.execute([&] {
+          if (n++ == 0 && i % 2 == 0) throw std::runtime_error("once");
+          return 1;
+        });
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  EXPECT_EQ(recorder->all<ExecutionFinished>().size(), std::size_t{threads * calls});
+  EXPECT_EQ(recorder->all<RetryScheduled>().size(), std::size_t{threads * calls / 2});
+  EXPECT_EQ(recorder->all<AttemptStarted>().size(), std::size_t{threads * calls * 3 / 2});
+}
+
+}  // namespace
+}  // namespace kevlar
