@@ -162,7 +162,13 @@ void CallBase::run_steps(Step step) {
         }
         if (n != 0 && past_deadline()) {
           // An enclosing deadline passed while this execution waited: the attempt never starts,
-          // and fails as the expiry would have cancelled it.
+          // and fails as the deadline owner's expiry would have cancelled it (the layers inside
+          // the owner see a cancellation from outside, the owner its own).
+          if (deadline_owner_ != no_layer &&
+              (cancel_origin_ == no_layer || cancel_origin_ > deadline_owner_ + 1)) {
+            cancel_origin_ = deadline_owner_ + 1;
+          }
+          context_->cancel_requested_ = true;
           outcome_.set_error(boost::asio::error::operation_aborted);
           depth_ = n - 1;
           step = dispatch_inner_complete(depth_);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/run-tests.sh — builds kevlar and runs its whole test suite; CI (.ci/run) runs exactly this.
 #
-# On Debian bookworm, as root (or with sudo): installs missing packages, then runs four stages,
+# On Debian bookworm, as root (or with sudo): installs missing packages, then runs five stages,
 # each in its own build directory under build/ with Ninja, ccache and -Werror:
 #   a  gcc-release    g++ Release: tests, benchmarks, samples, packaging tests; benchmark smoke run
 #   b  clang-release  clang++ Release: tests, benchmarks, samples

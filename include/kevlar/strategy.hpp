@@ -110,6 +110,18 @@ class Layer {
     return call_->exchange_deadline(deadline);
   }
 
+  /// Like exchange_deadline, for a strategy that owns the deadline it sets (a timeout): the
+  /// context's deadline becomes `deadline` if that is earlier, and once it has passed, an attempt
+  /// the engine declines to start fails as a cancellation by this strategy (cancelled_inner() is
+  /// true here), as the strategy's own expiry would have made it. Restore the returned value with
+  /// restore_deadline when the strategy finishes.
+  detail::CallBase::SavedDeadline lower_deadline(Clock::time_point deadline) const noexcept {
+    return call_->lower_deadline(deadline, index_);
+  }
+  void restore_deadline(const detail::CallBase::SavedDeadline& saved) const noexcept {
+    call_->restore_deadline(saved);
+  }
+
   /// Asks the engine to wait until `deadline` (Step::wait); returns Step::wait.
   Step wait_until(Clock::time_point deadline) const noexcept {
     call_->set_wait_deadline(deadline);

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 
 namespace kevlar {
 namespace {
@@ -103,7 +104,7 @@ TEST(IdleTimers, RunStopsOnceTheLastCallHasCompletedOnTheSteadyClock) {
       10, 20).timeout(5s);
   asio::io_context ioc;
   ASSERT_EQ(sequential_calls(ioc, shield, 3), 3);
-  EXPECT_TRUE(ioc.stopped()) << "a deadline timer still holds the io_context";
+  ASSERT_TRUE(ioc.stopped()) << "a deadline timer still holds the io_context";
   ioc.restart();
   ioc.run();  // returns at once: nothing is pending
 }
@@ -142,6 +143,30 @@ TEST(IdleTimers, AQueueThatEmptiesAndFillsAgainStillExpiresItsDeadlines) {
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(*got, errc::timeout);
   EXPECT_TRUE(ioc.stopped());
+}
+
+TEST(IdleTimers, ALoopRunInsideAnotherLoopsHandlerStopsToo) {
+  // A completion handler of one loop runs calls on a local loop of its own, then destroys it: the
+  // local loop's queue is released while the outer handler still runs, and nothing touches it
+  // after its context is gone.
+  const auto clock = ManualClock::create();
+  const Shield shield = Shield{}.timeout(30s).with_clock(clock);
+  asio::io_context outer;
+  bool local_stopped = false;
+  std::optional<error_code> outer_result;
+  shield.execute_async(
+      [&](auto token) { return test::async_answer(outer.get_executor(), {}, 1, std::move(token)); },
+      asio::bind_executor(outer, [&](error_code ec, int) {
+        outer_result = ec;
+        asio::io_context local;
+        EXPECT_EQ(sequential_calls(local, shield, 3), 3);
+        local_stopped = local.stopped();
+      }));
+  drain(outer);
+  ASSERT_TRUE(outer_result.has_value());
+  EXPECT_TRUE(local_stopped) << "the local loop's deadline timer outlived its calls";
+  EXPECT_TRUE(outer.stopped());
+  EXPECT_EQ(clock->pending_timers(), 0u);
 }
 
 TEST(IdleTimers, ABusyLoopStartsOneTimerWaitForAllItsCalls) {

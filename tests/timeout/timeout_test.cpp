@@ -8,6 +8,7 @@
 #include <kevlar/timeout.hpp>
 
 #include <gtest/gtest.h>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
@@ -23,6 +24,7 @@
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/write.hpp>
 
@@ -376,7 +378,8 @@ TEST_F(Timeout, SynchronousTimeoutCutsAnInnerWaitShort) {
 
 // A total timeout outside a retry: the deadline (t = 3 s) and the third backoff fall due in the
 // same clock step. The backoff's completion arrives first; no fourth attempt may start, and the
-// call ends with the timeout.
+// call ends with the timeout. (The synchronous variant passed before the fix as well: it pins the
+// parity of the two paths.)
 RetryOptions constant_retries(int n, Clock::duration delay) {
   RetryOptions r;
   r.max_retries = n;
@@ -450,6 +453,48 @@ TEST_F(Timeout, AnAsynchronousOperationIsNotStartedAfterAWaitThatEndsAtTheDeadli
   ASSERT_TRUE(result.has_value());
   EXPECT_EQ(*result, errc::timeout) << result->message();
   EXPECT_FALSE(started);
+}
+
+// The attempt the engine declines to start fails as the timeout's own cancellation: a breaker
+// between them releases its admission instead of recording a success (which would reset its
+// count of consecutive failures, or close a half-open circuit with a probe that never ran).
+TEST_F(Timeout, AnAttemptNotStartedPastTheDeadlineIsNoSuccessForABreakerInside) {
+  auto breaker = CircuitBreaker::create([] {
+    CircuitBreakerOptions o;
+    o.consecutive_failures = 2;
+    return o;
+  }());
+  const auto fail_now = [&](auto token) {
+    return test::async_answer(ioc.get_executor(), asio::error::connection_refused, 0,
+                              std::move(token));
+  };
+  const Shield failing = Shield{}.use(breaker).with_clock(clock);
+  const Shield delayed = Shield{}.timeout(1s).use(breaker).use(std::make_shared<test::Delay>(1s))
+                             .with_clock(clock);
+  std::optional<error_code> first;
+  failing.execute_async(fail_now, asio::bind_executor(ioc, [&](error_code ec, int) { first = ec; }));
+  ioc.poll();
+  ASSERT_EQ(first, asio::error::connection_refused);  // one failure recorded
+  bool started = false;
+  std::optional<error_code> second;
+  delayed.execute_async(
+      [&](auto token) {
+        started = true;
+        return test::async_answer(ioc.get_executor(), {}, 1, std::move(token));
+      },
+      asio::bind_executor(ioc, [&](error_code ec, int) { second = ec; }));
+  ioc.restart();
+  ioc.poll();
+  clock->advance(1s);
+  for (int n = 0; n < 4 && !second; ++n) ioc.poll();
+  ASSERT_EQ(second, errc::timeout);
+  EXPECT_FALSE(started);
+  std::optional<error_code> third;
+  failing.execute_async(fail_now, asio::bind_executor(ioc, [&](error_code ec, int) { third = ec; }));
+  ioc.restart();
+  ioc.poll();
+  ASSERT_EQ(third, asio::error::connection_refused);
+  EXPECT_EQ(breaker->state(), CircuitState::open) << "the declined attempt counted as a success";
 }
 
 TEST_F(Timeout, ASynchronousFunctionIsNotCalledAfterAWaitThatEndsAtTheDeadline) {
@@ -826,7 +871,9 @@ TEST_F(Timeout, AnAsynchronousCallWithoutAnExecutorIsRefusedWithExecutorRequired
     outcome.set_value(std::move(seen));
   });
   ioc.poll();  // an operation that did start completes here (and the test fails below)
-  const std::string seen = outcome.get_future().get();  // else on the system executor
+  std::future<std::string> delivered = outcome.get_future();  // else on the system executor
+  ASSERT_EQ(delivered.wait_for(10s), std::future_status::ready) << "the handler never ran";
+  const std::string seen = delivered.get();
   EXPECT_FALSE(started);
   EXPECT_NE(seen.find("bind_executor"), std::string::npos) << seen;
 }
@@ -842,10 +889,35 @@ TEST_F(Timeout, AnErrorCodeHandlerWithoutAnExecutorSeesExecutorRequiredNotACallb
       },
       [&](error_code ec, int) { seen.set_value(ec); });
   ioc.poll();
-  const error_code ec = seen.get_future().get();
+  std::future<error_code> delivered = seen.get_future();
+  ASSERT_EQ(delivered.wait_for(10s), std::future_status::ready) << "the handler never ran";
+  const error_code ec = delivered.get();
   EXPECT_FALSE(started);
   EXPECT_EQ(ec, errc::executor_required) << ec.message();
   EXPECT_NE(ec.message().find("asio::bind_executor"), std::string::npos) << ec.message();
+}
+
+TEST_F(Timeout, ATypeErasedSystemExecutorIsRefusedBeforeAnyStrategyToo) {
+  auto breaker = CircuitBreaker::create([] {
+    CircuitBreakerOptions o;
+    o.consecutive_failures = 1;
+    return o;
+  }());
+  const Shield shield = Shield{}.use(breaker).retry(3).timeout(1s).with_clock(clock);
+  int attempts = 0;
+  std::promise<error_code> seen;
+  shield.execute_async(
+      [&](auto token) {
+        ++attempts;
+        return test::async_answer(ioc.get_executor(), {}, 1, std::move(token));
+      },
+      asio::bind_executor(asio::any_io_executor(asio::system_executor()),
+                          [&](error_code ec, int) { seen.set_value(ec); }));
+  std::future<error_code> delivered = seen.get_future();
+  ASSERT_EQ(delivered.wait_for(10s), std::future_status::ready) << "refused after a backoff?";
+  EXPECT_EQ(delivered.get(), errc::executor_required);
+  EXPECT_EQ(attempts, 0);
+  EXPECT_EQ(breaker->state(), CircuitState::closed);
 }
 
 TEST_F(Timeout, ARefusalForAMissingExecutorIsNeitherRetriedNorCountedByABreaker) {
@@ -863,7 +935,9 @@ TEST_F(Timeout, ARefusalForAMissingExecutorIsNeitherRetriedNorCountedByABreaker)
         return test::async_answer(ioc.get_executor(), {}, 1, std::move(token));
       },
       [&](error_code ec, int) { seen.set_value(ec); });
-  EXPECT_EQ(seen.get_future().get(), errc::executor_required);  // no backoff wait in between
+  std::future<error_code> delivered = seen.get_future();
+  ASSERT_EQ(delivered.wait_for(10s), std::future_status::ready) << "refused after a backoff?";
+  EXPECT_EQ(delivered.get(), errc::executor_required);
   ioc.poll();
   EXPECT_EQ(attempts, 0);
   EXPECT_EQ(breaker->state(), CircuitState::closed);

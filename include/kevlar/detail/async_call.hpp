@@ -163,6 +163,14 @@ class AsyncCall final : public CallBase {
         refuse_without_executor(std::move(handler));
         return;
       }
+    } else if constexpr (std::is_same_v<executor_type, boost::asio::any_io_executor>) {
+      // A type-erased executor may hold the system executor: refused the same way.
+      if (pipeline.needs_executor &&
+          boost::asio::get_associated_executor(handler)
+                  .template target<boost::asio::system_executor>() != nullptr) {
+        refuse_without_executor(std::move(handler));
+        return;
+      }
     }
     using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
     using BlockAlloc = typename std::allocator_traits<allocator_type>::template rebind_alloc<Block>;

@@ -148,18 +148,21 @@ inline thread_local const CallBase* tl_running_call = nullptr;
 /// inside the initiating function, so it is posted instead.
 inline thread_local const CallBase* tl_initiating_call = nullptr;
 
-/// Checks a strategy defers until the outermost engine entry point on this thread (a step's
+/// Checks a strategy defers until the engine entry point that requested them (a step's
 /// completion, an abandonment) returns: by then the completion's handler has run, and so has any
 /// call it started inline. The timeout's deadline queue asks there whether it became idle, so that
-/// a loop whose next call starts from the previous one's completion pays nothing for it. (An
-/// initiation opens no scope: a call that ends inside its own initiation, a rejection, is rare,
-/// and its check runs at once.)
+/// a loop whose next call starts from the previous one's completion pays nothing for it. Each entry
+/// point runs the checks requested inside it (a nested event loop's completions run theirs before
+/// that loop returns). An initiation opens no scope: a call that ends inside its own initiation (a
+/// rejection) is rare, and its check runs at once.
 class DeferredChecks {
  public:
-  using Check = void (*)(void*) noexcept;
+  using Check = void (*)(void* arg) noexcept;
 
-  /// Runs `check(arg)` when the outermost entry point returns, once however often it is asked
-  /// for; at once if no entry point is running on this thread, or if too many are waiting.
+  /// Runs `check(arg)` when the innermost entry point running on this thread returns, once
+  /// however often it is asked for; at once if none is running, or if too many are waiting. The
+  /// entry point is one of an execution on `arg`'s own event loop, so `arg` outlives it (a loop is
+  /// not destroyed from inside one of its handlers); forget() covers an object that ends earlier.
   static void request(Check check, void* arg) noexcept {
     if (depth_ == 0) {
       check(arg);
@@ -174,16 +177,26 @@ class DeferredChecks {
     }
     pending_[count_++] = Entry{check, arg};
   }
+  /// Drops this thread's pending checks of `arg` (it is being destroyed).
+  static void forget(const void* arg) noexcept {
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (pending_[i].arg == arg) pending_[i].check = &skip;
+    }
+  }
 
   /// Marks an engine entry point for the lifetime of the object.
   class Scope {
    public:
-    Scope() noexcept { ++depth_; }
+    Scope() noexcept : start_(count_) { ++depth_; }
     ~Scope() {
-      if (--depth_ == 0 && count_ != 0) run_pending();
+      --depth_;
+      if (count_ != start_) run_from(start_);
     }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
+
+   private:
+    std::size_t start_;
   };
 
  private:
@@ -191,13 +204,13 @@ class DeferredChecks {
     Check check;
     void* arg;
   };
+  static void skip(void*) noexcept {}
   static constexpr std::size_t capacity = 4;
-  /// Runs the pending checks (a check may request another: it runs too).
-  static void run_pending() noexcept {
-    ++depth_;  // a check that runs engine code defers its own requests to this loop
-    for (std::size_t i = 0; i < count_; ++i) pending_[i].check(pending_[i].arg);
-    count_ = 0;
-    --depth_;
+  /// Runs the checks requested since `start` and forgets them.
+  static void run_from(std::size_t start) noexcept {
+    const std::size_t end = count_;
+    count_ = start;
+    for (std::size_t i = start; i < end; ++i) pending_[i].check(pending_[i].arg);
   }
 
   static inline thread_local std::size_t depth_ = 0;
@@ -252,6 +265,25 @@ class CallBase : private ClockWaiter {
   void set_wait_deadline(Clock::time_point t) noexcept { wait_deadline_ = t; }
   Clock::time_point exchange_deadline(Clock::time_point t) noexcept {
     return std::exchange(context_->deadline_, t);
+  }
+  /// A deadline and the layer that set it, as lower_deadline saved them.
+  struct SavedDeadline {
+    Clock::time_point time = Clock::time_point::max();
+    std::size_t owner = no_layer;
+  };
+  /// Sets the context's deadline to `t` if that is earlier, owned by layer `layer`; returns what
+  /// to restore when the layer finishes.
+  SavedDeadline lower_deadline(Clock::time_point t, std::size_t layer) noexcept {
+    const SavedDeadline saved{context_->deadline_, deadline_owner_};
+    if (t < saved.time) {
+      context_->deadline_ = t;
+      deadline_owner_ = layer;
+    }
+    return saved;
+  }
+  void restore_deadline(const SavedDeadline& saved) noexcept {
+    context_->deadline_ = saved.time;
+    deadline_owner_ = saved.owner;
   }
 
   // Asynchronous executions only.
@@ -331,6 +363,8 @@ class CallBase : private ClockWaiter {
   std::size_t cancel_origin_ =
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
   Clock::time_point wait_deadline_{};
+  /// The layer whose deadline the context holds (lower_deadline), or no_layer.
+  std::size_t deadline_owner_ = no_layer;
   bool step_dropped_ = false;
   /// Asynchronous executions: a wait or an attempt has completed, so the clock may have passed a
   /// deadline set before it. The first pass starts its attempt without reading the clock again.

@@ -22,6 +22,9 @@ namespace kevlar::detail {
 namespace {
 /// The queue whose timer wait is being started on this thread, under its lock.
 thread_local const DeadlineQueue* tl_arming_queue = nullptr;
+/// Incremented whenever a DeadlineService shuts down or dies, so that thread-local caches never
+/// hand out a queue of a context that no longer exists (even if a new context reuses its address).
+std::atomic<std::uint64_t> g_service_epoch{1};
 }  // namespace
 
 DeadlineQueue::DeadlineQueue(const Clock& clock, const boost::asio::any_io_executor& ex,
@@ -30,6 +33,7 @@ DeadlineQueue::DeadlineQueue(const Clock& clock, const boost::asio::any_io_execu
 
 DeadlineQueue::~DeadlineQueue() {
   shutdown();
+  DeferredChecks::forget(this);
 }
 
 void DeadlineQueue::link_back(DeadlineEntry& e) noexcept {
@@ -278,10 +282,6 @@ void DeadlineQueue::shutdown() noexcept {
 // ---- the per-context service --------------------------------------------------------------------
 
 namespace {
-
-/// Incremented whenever a DeadlineService dies, so that thread-local caches never hand out a
-/// queue of a context that no longer exists (even if a new context reuses its address).
-std::atomic<std::uint64_t> g_service_epoch{1};
 
 /// The executor of a queue's timer, from the executor of the call that creates the queue: without
 /// the call's strand (Asio's strands of an io_context's or a thread_pool's executor, or of an

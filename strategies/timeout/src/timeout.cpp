@@ -3,7 +3,6 @@
 #include <kevlar/timeout.hpp>
 
 #include <boost/asio/error.hpp>
-#include <boost/asio/system_executor.hpp>
 
 #include <new>
 #include <sstream>
@@ -22,7 +21,7 @@ struct Frame {
   union {
     detail::DeadlineEntry entry;  // trivially destructible: nothing to end
   };
-  Clock::time_point previous_deadline{};
+  detail::CallBase::SavedDeadline previous;  ///< the context's deadline before this one
   Clock::time_point deadline{};
   Clock::duration budget{};
   bool armed = false;
@@ -49,7 +48,11 @@ void disarm(Layer& layer, Frame& f) noexcept {
     f.armed = false;
   }
   if (f.deadline_set) {
-    layer.exchange_deadline(f.previous_deadline);
+    if (layer.synchronous()) {
+      layer.exchange_deadline(f.previous.time);
+    } else {
+      layer.restore_deadline(f.previous);
+    }
     f.deadline_set = false;
   }
 }
@@ -79,18 +82,15 @@ Step TimeoutStrategy::on_start(Layer& layer) {
   // or more (1.6-5.7 ms measured on a VM), and a deadline computed from it fired that much early.
   f.deadline = layer.clock().now() + f.budget;
   if (layer.synchronous()) {
-    f.previous_deadline = layer.exchange_deadline(std::min(f.deadline, layer.context().deadline()));
+    // No owner needed: only the asynchronous engine declines attempts past a deadline.
+    f.previous.time = layer.exchange_deadline(std::min(f.deadline, layer.context().deadline()));
     f.deadline_set = true;
     return Step::run_inner;
   }
+  // A handler without an executor never gets here: the engine refuses the call first
+  // (errc::executor_required, StrategyTraits::needs_executor), since the expiry is delivered on
+  // the execution's executor, serialised with the operation's completion.
   const boost::asio::any_io_executor ex = layer.executor();
-  if (ex.target<boost::asio::system_executor>() != nullptr) {
-    // The expiry is delivered on the execution's executor, serialised with the operation's
-    // completion; the system executor serialises nothing (its expiry would race the operation).
-    // (An executor type that can hold one, any_io_executor, passes the engine's compile-time
-    // check and is refused here.)
-    throw Error(make_error_code(errc::executor_required));
-  }
   ::new (static_cast<void*>(&f.entry)) detail::DeadlineEntry{};
   f.entry.deadline = f.deadline;
   detail::DeadlineQueue& q = detail::deadline_queue_for(
@@ -102,14 +102,14 @@ Step TimeoutStrategy::on_start(Layer& layer) {
   // The context's deadline too, as in a synchronous execution: Context::cancelled() and
   // Context::deadline() tell the strategies inside (a retry about to try again) and the engine
   // (about to start an attempt) that the budget is spent before the expiry job arrives.
-  f.previous_deadline = layer.exchange_deadline(std::min(f.deadline, layer.context().deadline()));
+  f.previous = layer.lower_deadline(f.deadline);
   f.deadline_set = true;
   return Step::run_inner;
 }
 
 Step TimeoutStrategy::on_inner_complete(Layer& layer) {
   Frame& f = layer.frame_as<Frame>();
-  const Clock::time_point previous = f.previous_deadline;
+  const Clock::time_point previous = f.previous.time;
   disarm(layer, f);
   if (layer.outcome().has_value()) return Step::complete;  // a success passes unchanged
   return judge_failure(layer, f.deadline, previous, f.budget);
@@ -125,8 +125,9 @@ Step TimeoutStrategy::on_inner_complete(Layer& layer) {
   // deadline instead), unless the caller cancelled or an outer deadline (no later than ours) had
   // passed too: of equal nested timeouts the outermost reports.
   const Clock::time_point now = layer.clock().now();
-  const bool outer = layer.cancelled_from_outside() || previous <= now;
-  const bool timed_out = !outer && (layer.cancelled_inner() || now >= deadline);
+  const bool own = layer.cancelled_inner();  // this timeout's expiry (or its deadline) cancelled
+  const bool outer = layer.cancelled_from_outside() || (!own && previous <= now);
+  const bool timed_out = !outer && (own || now >= deadline);
   if (!timed_out) return Step::complete;
   outcome.set_error(make_error_code(errc::timeout));
   layer.emit(TimeoutFired{budget});
