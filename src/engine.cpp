@@ -105,12 +105,6 @@ inline void CallBase::run_attempt_sync() {
   invoke_operation();
 }
 
-inline bool CallBase::past_deadline() const noexcept {
-  // An expiry is delivered on its own (a posted job, a cut wait), possibly after the completion
-  // that resumed this execution; the clock tells the truth before either has arrived.
-  return resumed_ && context_->deadline_ != Clock::time_point::max() &&
-         context_->clock().now() >= context_->deadline_;
-}
 
 void CallBase::run_layer_sync(std::size_t index) {
   // depth_ is left alone: only the asynchronous paths (a pending step, abandonment) read it.

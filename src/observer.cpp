@@ -82,6 +82,9 @@ class AttemptObserver final : public Strategy {
  public:
   [[nodiscard]] std::string describe() const override { return "(observer)"; }
   Step on_start(Layer& layer) override {
+    // The engine declines an attempt past an enclosing deadline (see CallBase::past_deadline):
+    // that one never starts and is not announced.
+    if (!layer.synchronous() && layer.call()->past_deadline()) return Step::run_inner;
     layer.emit(AttemptStarted{layer.context().attempt() + 1});
     return Step::run_inner;
   }

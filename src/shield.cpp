@@ -1,6 +1,7 @@
 #include <kevlar/detail/observer_layers.hpp>
 #include <kevlar/shield.hpp>
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -155,7 +156,11 @@ Shield Shield::wrap(const Shield& inner) const {
                        inner.p_->strategies.end());
   p->clauses.insert(p->clauses.end(), inner.p_->clauses.begin(), inner.p_->clauses.end());
   if (!p->name) p->name = inner.p_->name;
-  p->observers.insert(p->observers.end(), inner.p_->observers.begin(), inner.p_->observers.end());
+  for (const std::shared_ptr<Observer>& o : inner.p_->observers) {  // one delivery per observer
+    if (std::find(p->observers.begin(), p->observers.end(), o) == p->observers.end()) {
+      p->observers.push_back(o);
+    }
+  }
   if (!p->clock) p->clock = inner.p_->clock;
   if (inner.p_->ambient) p->ambient = inner.p_->ambient;
   seal(*p);

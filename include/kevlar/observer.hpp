@@ -36,7 +36,8 @@ enum class RejectionKind : unsigned char {
 /// `circuit_open`, `isolated`, `rate_limit` or `concurrency_limit` (the metric tag values).
 [[nodiscard]] const char* to_string(RejectionKind kind) noexcept;
 
-/// The failure an event is about: an error code or an exception (exactly one is set).
+/// The failure an event is about: an error code or an exception (both empty for a successful
+/// result that the clause judged a failure).
 struct Failure {
   boost::system::error_code error;
   std::exception_ptr exception;
@@ -80,16 +81,17 @@ struct Rejected {
 };
 
 /// A circuit breaker changed state. Delivered to the observers of the shield whose call caused
-/// the change, in the breaker's order, one at a time (a change made by hand, with reset() or
-/// isolate(), has no shield and reaches only the breaker's own state-change hooks).
+/// the change, in the breaker's order, one at a time, from the breaker's publication loop (which
+/// may run on another call's thread); a change made by hand, with reset() or isolate(), has no
+/// shield and reaches only the breaker's own state-change hooks.
 struct BreakerTransition {
   CircuitState from;
   CircuitState to;
-  Failure failure;  ///< the failure that tripped the circuit, when one did
+  Failure failure;  ///< for a change to open: the failure that tripped the circuit
 };
 
-/// A concurrency limit's accounting changed: a call took or returned a permit, queued or left the
-/// queue.
+/// A concurrency limit's accounting changed: a call took a permit (at once or after queueing),
+/// returned it, or was rejected. Joining or leaving the queue is not reported on its own.
 struct LimiterStateChanged {
   std::uint32_t running = 0;  ///< permits in use
   std::uint32_t queued = 0;   ///< callers waiting for a permit
@@ -104,8 +106,8 @@ struct EventSource {
   std::size_t strategy_index = no_strategy;
   /// The strategy (nullptr for the execution's own events).
   const Strategy* strategy = nullptr;
-  /// The execution's context (do not keep it); nullptr for a breaker change delivered after the
-  /// call that caused it ended.
+  /// The execution's context (do not keep it); nullptr for a BreakerTransition, which may be
+  /// delivered after the call that caused it ended.
   const Context* context = nullptr;
 
   static constexpr std::size_t no_strategy = std::numeric_limits<std::size_t>::max();
@@ -121,9 +123,10 @@ struct Event {
 
 /// Receives the events of the shields it observes (Shield::observed_by).
 ///
-/// Delivery: synchronous, on the thread that made the decision, never under a strategy's lock;
-/// the events of one execution arrive in its order, and a breaker's transitions in the breaker's
-/// order, one at a time. Different executions deliver concurrently: on_event must be thread-safe.
+/// Delivery: synchronous, on the thread that made the decision (a breaker's transitions: on the
+/// thread running the breaker's publication loop), never under a strategy's lock; the events of
+/// one execution arrive in its order, and a breaker's transitions in the breaker's order, one at a
+/// time. Different executions deliver concurrently: on_event must be thread-safe.
 ///
 /// Failures: an exception thrown by on_event is swallowed: it never changes a strategy's state or
 /// a call's outcome, and the other observers still receive the event. The shield counts it
@@ -166,6 +169,9 @@ struct TransitionSource {
   const std::shared_ptr<const ObserverSet>* observers = nullptr;  ///< the causing shield's
   std::size_t strategy_index = EventSource::no_strategy;
   const Strategy* strategy = nullptr;
+  /// The state machine the scope is for: another one's changes (a call made from a hook) ignore
+  /// it.
+  const void* machine = nullptr;
 };
 inline thread_local TransitionSource tl_transition_source{};
 

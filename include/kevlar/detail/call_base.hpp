@@ -249,6 +249,16 @@ class CallBase : private ClockWaiter {
   /// the stack: its initiation failed, and the engine fails the attempt.
   void step_dropped() noexcept { step_dropped_ = true; }
 
+  /// Asynchronous executions: true if an enclosing deadline (Context::deadline) has passed and
+  /// time may have moved since the execution started: the engine declines to start an attempt
+  /// then. (A synchronous wait that ends at the deadline reports itself aborted instead.)
+  [[nodiscard]] bool past_deadline() const noexcept {
+    // An expiry is delivered on its own (a posted job, a cut wait), possibly after the completion
+    // that resumed this execution; the clock tells the truth before either has arrived.
+    return resumed_ && context_->deadline_ != Clock::time_point::max() &&
+           context_->clock().now() >= context_->deadline_;
+  }
+
   /// Cancels what is running inside layer `origin`.
   void cancel_inner(std::size_t origin, boost::asio::cancellation_type type) noexcept;
 
@@ -332,10 +342,6 @@ class CallBase : private ClockWaiter {
   void run_attempt_sync();
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   bool start_wait();
-  /// Asynchronous executions: true if an enclosing deadline (Context::deadline) has passed and
-  /// time may have moved since the execution started: an attempt must not start then. (A
-  /// synchronous wait that ends at the deadline reports itself aborted instead.)
-  [[nodiscard]] bool past_deadline() const noexcept;
   void resume_after_operation();
   void resume_after_wait(const boost::system::error_code& ec);
   void emit_step(boost::asio::cancellation_type type) noexcept;

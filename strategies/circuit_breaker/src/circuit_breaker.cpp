@@ -214,13 +214,14 @@ std::uint64_t CircuitBreakerCore::enqueue(CircuitState from, CircuitState to) {
   // A change made from inside an observer (reentrant) belongs to the change being delivered.
   const bool reentrant = publishing_ && publisher_ == std::this_thread::get_id();
   // The causing call's shield, if observed (set by the strategy around its calls into the core).
-  const detail::TransitionSource& source = detail::tl_transition_source;
+  const detail::TransitionSource& tl = detail::tl_transition_source;
+  const bool ours = tl.machine == this && tl.observers != nullptr;
   queue_.push_back(Event{{from, to, last_exception_, last_error_},
                          seq,
                          reentrant ? delivering_owner_ : seq,
-                         source.observers != nullptr ? *source.observers : nullptr,
-                         source.strategy_index,
-                         source.strategy});
+                         ours ? *tl.observers : nullptr,
+                         ours ? tl.strategy_index : EventSource::no_strategy,
+                         ours ? tl.strategy : nullptr});
   ++next_seq_;
   return seq;
 }
@@ -478,6 +479,9 @@ void CircuitBreakerCore::deliver(std::uint64_t ticket) {
         delivering_owner_ = e.owner;
         const std::shared_ptr<const std::vector<Observer>> observers = observers_;
         lock.unlock();
+        // The callbacks below are not the call that caused this change: a change they make
+        // (reset() or isolate() from a hook) is made by hand.
+        const detail::TransitionScope by_hand{detail::TransitionSource{}};
         std::vector<std::exception_ptr> failed;
         for (const Observer& o : *observers) {
           try {
@@ -494,9 +498,12 @@ void CircuitBreakerCore::deliver(std::uint64_t ticket) {
           source.shield_name = e.shield_observers->name();
           source.strategy_index = e.strategy_index;
           source.strategy = e.strategy;
-          e.shield_observers->deliver(kevlar::Event{
-              source, BreakerTransition{e.change.from, e.change.to,
-                                        kevlar::Failure{e.change.last_error, e.change.last_exception}}});
+          kevlar::Failure failure;
+          if (e.change.to == CircuitState::open) {
+            failure = kevlar::Failure{e.change.last_error, e.change.last_exception};
+          }
+          e.shield_observers->deliver(
+              kevlar::Event{source, BreakerTransition{e.change.from, e.change.to, failure}});
         }
         lock.lock();
         for (std::exception_ptr& ep : failed) {
@@ -565,11 +572,19 @@ StrategyTraits CircuitBreaker::traits() const noexcept {
   return {StrategyRole::reactive, /*stateful=*/true, sizeof(Frame), false};
 }
 
+detail::TransitionSource CircuitBreaker::transition_source(const Layer& layer) const noexcept {
+  detail::TransitionSource s = layer.transition_source();
+  s.machine = &core_;
+  return s;
+}
+
 Step CircuitBreaker::on_start(Layer& layer) {
   Frame* f = ::new (layer.frame()) Frame{};
   if (core_.try_admit_closed()) return Step::run_inner;
-  const detail::TransitionScope transitions(layer.transition_source());  // open -> half-open
-  const CircuitBreakerCore::Admission a = core_.admit(layer.clock().now());
+  const CircuitBreakerCore::Admission a = [&] {
+    const detail::TransitionScope transitions(transition_source(layer));  // open -> half-open
+    return core_.admit(layer.clock().now());
+  }();
   if (!a.admitted()) {
     const bool isolated = a.state == CircuitState::isolated;
     if (layer.observed()) {
@@ -591,7 +606,7 @@ Step CircuitBreaker::on_inner_complete(Layer& layer) {
   Frame& f = layer.frame_as<Frame>();
   f.settled = true;
   if (layer.handled()) {
-    const detail::TransitionScope transitions(layer.transition_source());  // may open
+    const detail::TransitionScope transitions(transition_source(layer));  // may open
     const OutcomeRef o = layer.outcome();
     core_.record_failure(layer.clock().now(), f.admission,
                          {o.exception(), o.error(), &layer.context()});
@@ -607,7 +622,7 @@ Step CircuitBreaker::on_inner_complete(Layer& layer) {
   const Clock::time_point now =
       core_.ratio_mode() ? layer.clock().coarse_now() : Clock::time_point{};
   if (layer.observed()) {
-    const detail::TransitionScope transitions(layer.transition_source());  // may close
+    const detail::TransitionScope transitions(transition_source(layer));  // may close
     core_.record_success(now, f.admission);
   } else {
     core_.record_success(now, f.admission);

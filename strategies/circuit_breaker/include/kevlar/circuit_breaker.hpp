@@ -390,6 +390,8 @@ class CircuitBreaker final : public Strategy {
   void on_finish(Layer& layer) noexcept override;
 
  private:
+  /// The layer's transition source, bound to this breaker's core.
+  [[nodiscard]] detail::TransitionSource transition_source(const Layer& layer) const noexcept;
   CircuitBreakerCore core_;
 };
 
