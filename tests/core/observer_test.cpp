@@ -287,7 +287,6 @@ TEST_F(Observed, ALimiterReportsItsAccountingAndItsRejections) {
   const Shield shield = Shield{}.concurrency_limit(o).observed_by(recorder);
   asio::io_context ioc;
   std::function<void(error_code)> open;
-  asio::cancellation_slot slot;
   int done = 0;
   // A holds the permit until the test opens its gate; B is rejected.
   shield.execute_async(
