@@ -1,5 +1,5 @@
 // Benchmark layers of kevlar::UnpairedSemaphore against two controls in the same binary
-// (semaphore-design §5): BM_Semaphore/<layer>, BM_SemaphoreControl/mutex_deque/<layer> and
+// (docs/semaphore.md, Measurements, explains each layer and control): BM_Semaphore/<layer>, BM_SemaphoreControl/mutex_deque/<layer> and
 // BM_SemaphoreControl/channel/<layer>. Every layer reports allocs_per_op and bytes_per_op and
 // names its Asio regime in the label. All layers run on an idle loop (no reactor object in the
 // io_context), so a hop costs tens of nanoseconds, not a syscall.

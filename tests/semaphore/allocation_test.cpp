@@ -1,5 +1,5 @@
-// UnpairedSemaphore: allocation behaviour and std::bad_alloc injection (semaphore-design §6
-// behaviours noted as "B<n>").
+// UnpairedSemaphore: allocation behaviour and std::bad_alloc injection (each test names the
+// guaranteed behaviour it checks as "B<n>: ..."; docs/semaphore.md states the guarantees).
 #include "semaphore_test_support.hpp"
 
 #include <alloc_counter.hpp>

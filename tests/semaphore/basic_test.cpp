@@ -1,5 +1,6 @@
 // UnpairedSemaphore: permit conservation, FIFO, close/destruction and executor rules
-// (semaphore-design §6 behaviours noted as "B<n>").
+// (each test names the guaranteed behaviour it checks as "B<n>: ..."; docs/semaphore.md states the
+// guarantees).
 #include "semaphore_test_support.hpp"
 
 #include <kevlar/error.hpp>

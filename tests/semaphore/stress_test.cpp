@@ -1,5 +1,6 @@
 // UnpairedSemaphore under concurrency: conservation at quiescence with random cancellation,
-// no lost wake-ups, coherent snapshots (semaphore-design §6 behaviours noted as "B<n>").
+// no lost wake-ups, coherent snapshots (each test names the guaranteed behaviour it checks as "B<n>: ..."; docs/semaphore.md states the
+// guarantees).
 #include "semaphore_test_support.hpp"
 
 #include <kevlar/error.hpp>
