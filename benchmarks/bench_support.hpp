@@ -1,6 +1,8 @@
 // Shared helpers for kevlar_benchmarks.
 #pragma once
 
+#include "second_thread.hpp"
+
 #include <alloc_counter.hpp>
 #include <kevlar/shield.hpp>
 
@@ -17,11 +19,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/system/error_code.hpp>
 
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <mutex>
-#include <thread>
 #include <utility>
 
 namespace kevlar::bench {
@@ -124,27 +123,5 @@ inline void run_async_calls(benchmark::State& state, const kevlar::Shield& shiel
   run_async_calls(state, shield, label, [](boost::asio::io_context&) {});
 }
 
-/// glibc elides the lock prefix of pthread mutexes while a process has one thread; a real server
-/// has many. Benchmarks of mutex-based controls keep this parked thread alive.
-inline void keep_second_thread_alive() {
-  struct Parked {
-    std::mutex m;
-    std::condition_variable cv;
-    bool stop = false;
-    std::thread t{[this] {
-      std::unique_lock<std::mutex> lock(m);
-      cv.wait(lock, [this] { return stop; });
-    }};
-    ~Parked() {
-      {
-        std::lock_guard<std::mutex> lock(m);
-        stop = true;
-      }
-      cv.notify_one();
-      t.join();
-    }
-  };
-  static Parked parked;
-}
 
 }  // namespace kevlar::bench

@@ -41,9 +41,7 @@ std::exception_ptr ObserverSet::first_failure() const {
   return first_failure_;
 }
 
-namespace {
-
-Failure failure_of(OutcomeRef outcome) noexcept {
+Failure failure_of_outcome(OutcomeRef outcome) noexcept {
   Failure f;
   if (outcome.has_exception()) {
     f.exception = outcome.exception();
@@ -52,6 +50,8 @@ Failure failure_of(OutcomeRef outcome) noexcept {
   }
   return f;
 }
+
+namespace {
 
 /// Layer 0 of an observed shield: measures the execution and emits ExecutionFinished.
 class ExecutionObserver final : public Strategy {
@@ -69,7 +69,7 @@ class ExecutionObserver final : public Strategy {
     ExecutionFinished e;
     const OutcomeRef outcome = layer.outcome();
     e.success = outcome.has_value();
-    if (!e.success) e.failure = failure_of(outcome);
+    if (!e.success) e.failure = failure_of_outcome(outcome);
     e.duration = layer.clock().now() - start;
     e.attempts = layer.context().attempt();
     layer.emit(std::move(e));
@@ -100,10 +100,6 @@ Strategy& execution_observer() noexcept {
 Strategy& attempt_observer() noexcept {
   static AttemptObserver instance;
   return instance;
-}
-
-Failure failure_of_outcome(OutcomeRef outcome) noexcept {
-  return failure_of(outcome);
 }
 
 }  // namespace detail

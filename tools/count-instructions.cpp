@@ -10,6 +10,7 @@
 // script runs this program under callgrind with N and 2N calls and divides the difference by N,
 // which cancels start-up and shield construction.
 #include "handoff_pair.hpp"
+#include "second_thread.hpp"
 
 #include <kevlar/kevlar.hpp>
 #include <kevlar/timeout.hpp>
@@ -27,12 +28,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 namespace {
 
@@ -87,24 +85,7 @@ int run_pair_cell(const char* cell, long pairs) {
     void measuring() {}
     bool next() { return left-- > 0; }
   };
-  // As the benchmark does: glibc elides atomics while a process has one thread; a server has many.
-  struct Parked {
-    std::mutex m;
-    std::condition_variable cv;
-    bool stop = false;
-    std::thread t{[this] {
-      std::unique_lock lock(m);
-      cv.wait(lock, [this] { return stop; });
-    }};
-    ~Parked() {
-      {
-        std::lock_guard lock(m);
-        stop = true;
-      }
-      cv.notify_one();
-      t.join();
-    }
-  } parked;
+  kevlar::bench::keep_second_thread_alive();  // as the benchmark does
   const std::string name = cell;
   const Caller caller = name.ends_with("_coroutine") ? Caller::coroutine : Caller::callback;
   boost::asio::io_context ioc(1);
