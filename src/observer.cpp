@@ -23,16 +23,47 @@ const char* to_string(RejectionKind kind) noexcept {
 
 namespace detail {
 
-void ObserverSet::deliver(const Event& event) const noexcept {
+void ObserverSet::count_failure() const noexcept {
+  if (failures_.fetch_add(1, std::memory_order_relaxed) == 0) {
+    const std::lock_guard lock(first_mutex_);
+    first_failure_ = std::current_exception();
+  }
+}
+
+void ObserverSet::deliver_now(const Event& event) const noexcept {
   for (const std::shared_ptr<Observer>& o : observers_) {
     try {
       o->on_event(event);
     } catch (...) {
-      if (failures_.fetch_add(1, std::memory_order_relaxed) == 0) {
-        const std::lock_guard lock(first_mutex_);
-        first_failure_ = std::current_exception();
-      }
+      count_failure();
     }
+  }
+}
+
+void ObserverSet::announce() const noexcept {
+  try {
+    const std::lock_guard lock(announce_mutex_);
+    if (announced_.load(std::memory_order_relaxed) || announcing_) return;
+    announcing_ = true;
+    try {
+      std::vector<std::shared_ptr<Strategy>> strategies;
+      strategies.reserve(strategies_.size());
+      for (const std::weak_ptr<Strategy>& s : strategies_) strategies.push_back(s.lock());
+      const ShieldInfo info{name(), strategies};
+      for (const std::shared_ptr<Observer>& o : observers_) {
+        try {
+          o->on_shield(info);
+        } catch (...) {
+          count_failure();
+        }
+      }
+    } catch (...) {  // bad_alloc building the list: the shield goes unannounced
+      count_failure();
+    }
+    announcing_ = false;
+    announced_.store(true, std::memory_order_release);
+  } catch (...) {  // the mutex could not be locked
+    count_failure();
   }
 }
 

@@ -69,7 +69,7 @@ void seal(detail::Pipeline& p) {
     }
   }
   p.observer_set =
-      observed ? std::make_shared<const detail::ObserverSet>(p.observers, p.name) : nullptr;
+      observed ? std::make_shared<const detail::ObserverSet>(p.observers, p.name, p.strategies) : nullptr;
   p.view.observers = observed ? &p.observer_set : nullptr;
   p.view.layers = p.layers.data();
   p.view.size = p.layers.size();

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -121,7 +122,22 @@ struct Event {
   Detail detail;
 };
 
+/// What an observer learns about a shield it observes, once, before the shield's first event.
+struct ShieldInfo {
+  /// The shield's name (Shield::with_name), or nullptr for an unnamed shield.
+  const std::string* name = nullptr;
+  /// The shield's strategies, outermost first (EventSource::strategy_index indexes this). Keep a
+  /// std::weak_ptr, not a std::shared_ptr, so that observing a shield never keeps it alive.
+  std::span<const std::shared_ptr<Strategy>> strategies;
+};
+
 /// Receives the events of the shields it observes (Shield::observed_by).
+///
+/// Shields: every builder call returns a new shield, and each one that runs is announced to its
+/// observers once, through on_shield, before the first of its events is delivered (an event
+/// delivered on another thread at the same moment waits for the announcement to finish). A shield
+/// that never runs is never announced. on_shield should not run the shield it announces: the
+/// events that run causes are delivered before on_shield returns.
 ///
 /// Delivery: synchronous, on the thread that made the decision (a breaker's transitions: on the
 /// thread running the breaker's publication loop), never under a strategy's lock; the events of
@@ -134,7 +150,11 @@ struct Event {
 class Observer {
  public:
   virtual ~Observer() = default;
+  /// One event; see the class comment for when and where it is called.
   virtual void on_event(const Event& event) = 0;
+  /// `shield` is about to deliver its first event (see the class comment). The default does
+  /// nothing. Its exceptions are swallowed and counted like on_event's.
+  virtual void on_shield(const ShieldInfo& shield) { (void)shield; }
 };
 
 namespace detail {
@@ -142,11 +162,18 @@ namespace detail {
 /// The observers of one sealed pipeline, with its name and the failures they threw.
 class ObserverSet {
  public:
-  ObserverSet(std::vector<std::shared_ptr<Observer>> observers, std::optional<std::string> name)
-      : observers_(std::move(observers)), name_(std::move(name)) {}
+  ObserverSet(std::vector<std::shared_ptr<Observer>> observers, std::optional<std::string> name,
+              const std::vector<std::shared_ptr<Strategy>>& strategies)
+      : observers_(std::move(observers)),
+        name_(std::move(name)),
+        strategies_(strategies.begin(), strategies.end()) {}
 
-  /// Delivers `event` to every observer; exceptions are swallowed and counted.
-  void deliver(const Event& event) const noexcept;
+  /// Delivers `event` to every observer (announcing the shield first, once); exceptions are
+  /// swallowed and counted.
+  void deliver(const Event& event) const noexcept {
+    if (!announced_.load(std::memory_order_acquire)) announce();
+    deliver_now(event);
+  }
 
   [[nodiscard]] const std::string* name() const noexcept { return name_ ? &*name_ : nullptr; }
   [[nodiscard]] std::uint64_t failures() const noexcept {
@@ -155,8 +182,18 @@ class ObserverSet {
   [[nodiscard]] std::exception_ptr first_failure() const;
 
  private:
+  void deliver_now(const Event& event) const noexcept;
+  /// Calls every observer's on_shield, once (the first caller does; concurrent ones wait).
+  void announce() const noexcept;
+  void count_failure() const noexcept;
+
   std::vector<std::shared_ptr<Observer>> observers_;
   std::optional<std::string> name_;
+  /// Weak: a breaker's pending publications hold the set, and must not keep the breaker alive.
+  std::vector<std::weak_ptr<Strategy>> strategies_;
+  mutable std::atomic<bool> announced_{false};
+  mutable std::recursive_mutex announce_mutex_;
+  mutable bool announcing_ = false;  ///< under announce_mutex_: on_shield is running
   mutable std::atomic<std::uint64_t> failures_{0};
   mutable std::mutex first_mutex_;
   mutable std::exception_ptr first_failure_;

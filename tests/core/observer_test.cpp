@@ -392,5 +392,73 @@ TEST_F(Observed, ConcurrentExecutionsDeliverEveryEventExactlyOnce) {
   EXPECT_EQ(recorder->all<AttemptStarted>().size(), std::size_t{threads * calls * 3 / 2});
 }
 
+/// Records the shields announced to it, and the events that arrived before any announcement.
+class ShieldRecorder final : public Observer {
+ public:
+  struct Announced {
+    std::string name;
+    std::vector<const Strategy*> strategies;
+  };
+  void on_event(const Event&) override {
+    const std::lock_guard lock(mutex_);
+    ++events;
+    if (announced.empty()) ++events_before_announcement;
+  }
+  void on_shield(const ShieldInfo& shield) override {
+    const std::lock_guard lock(mutex_);
+    Announced a{shield.name ? *shield.name : "<unnamed>", {}};
+    for (const auto& s : shield.strategies) a.strategies.push_back(s.get());
+    announced.push_back(std::move(a));
+    if (throw_on_shield) throw std::runtime_error("on_shield failure");
+  }
+  std::mutex mutex_;
+  std::vector<Announced> announced;
+  int events = 0;
+  int events_before_announcement = 0;
+  bool throw_on_shield = false;
+};
+
+TEST_F(Observed, EachShieldThatRunsIsAnnouncedOnceBeforeItsFirstEvent) {
+  auto shields = std::make_shared<ShieldRecorder>();
+  const Shield unnamed = Shield{}.retry(1).observed_by(shields);
+  const Shield named = unnamed.with_name("api").circuit_breaker(5, 1s);  // never runs
+  const Shield other = unnamed.with_name("other");
+  EXPECT_TRUE(shields->announced.empty()) << "building announces nothing";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(unnamed.execute([] { return 1; }), 1);
+  EXPECT_EQ(other.execute([] { return 2; }), 2);
+  ASSERT_EQ(shields->announced.size(), 2u) << "once per shield that ran";
+  EXPECT_EQ(shields->announced[0].name, "<unnamed>");
+  EXPECT_EQ(shields->announced[1].name, "other");
+  ASSERT_EQ(shields->announced[0].strategies.size(), 1u);
+  EXPECT_EQ(shields->announced[0].strategies[0], unnamed.strategies()[0].get());
+  EXPECT_EQ(shields->events_before_announcement, 0);
+  EXPECT_EQ(shields->events, 4 * 2) << "an attempt and a finish per call";
+  (void)named;
+}
+
+TEST_F(Observed, AThrowingAnnouncementIsCountedAndEventsStillFlow) {
+  auto shields = std::make_shared<ShieldRecorder>();
+  shields->throw_on_shield = true;
+  const Shield shield = Shield{}.observed_by(shields).observed_by(recorder);
+  EXPECT_EQ(shield.execute([] { return 1; }), 1);
+  EXPECT_EQ(shield.execute([] { return 1; }), 1);
+  EXPECT_EQ(shield.observer_failures(), 1u) << "announced once, so thrown once";
+  EXPECT_EQ(shields->events, 4);
+  EXPECT_EQ(recorder->kinds(), (std::vector<std::string>{"attempt", "finished", "attempt", "finished"}));
+}
+
+TEST_F(Observed, ConcurrentFirstEventsWaitForTheAnnouncement) {
+  auto shields = std::make_shared<ShieldRecorder>();
+  const Shield shield = Shield{}.retry(1).observed_by(shields);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t) {
+    pool.emplace_back([&] { EXPECT_EQ(shield.execute([] { return 1; }), 1); });
+  }
+  for (std::thread& th : pool) th.join();
+  EXPECT_EQ(shields->announced.size(), 1u);
+  EXPECT_EQ(shields->events_before_announcement, 0);
+  EXPECT_EQ(shields->events, 8);
+}
+
 }  // namespace
 }  // namespace kevlar
