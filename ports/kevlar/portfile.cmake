@@ -40,9 +40,12 @@ if(NOT EXISTS "${SOURCE_PATH}/CMakeLists.txt")
   message(FATAL_ERROR "kevlar: ${SOURCE_PATH} holds no CMakeLists.txt")
 endif()
 
+vcpkg_check_features(OUT_FEATURE_OPTIONS feature_options FEATURES spdlog KEVLAR_WITH_SPDLOG)
+
 vcpkg_cmake_configure(
   SOURCE_PATH "${SOURCE_PATH}"
   OPTIONS
+    ${feature_options}
     -DKEVLAR_BUILD_TESTS=OFF
     -DKEVLAR_BUILD_BENCHMARKS=OFF
     -DKEVLAR_BUILD_SAMPLES=OFF

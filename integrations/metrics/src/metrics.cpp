@@ -1,0 +1,403 @@
+// The metrics observer: sharded counters, fixed-bucket histograms, gauges read from strategies.
+#include <kevlar/circuit_breaker.hpp>
+#include <kevlar/concurrency_limit.hpp>
+#include <kevlar/metrics.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+
+namespace kevlar {
+
+// ---- Series, MetricsSnapshot --------------------------------------------------------------------
+
+std::optional<std::string_view> Series::tag(std::string_view key) const noexcept {
+  for (const SeriesTag& t : tags) {
+    if (t.key == key) return std::string_view(t.value);
+  }
+  return std::nullopt;
+}
+
+const Series* MetricsSnapshot::find(std::string_view name, TagFilter tags) const noexcept {
+  for (const Series& s : series) {
+    if (s.name != name) continue;
+    const bool all = std::all_of(tags.begin(), tags.end(), [&](const auto& want) {
+      const std::optional<std::string_view> have = s.tag(want.first);
+      return have && *have == want.second;
+    });
+    if (all) return &s;
+  }
+  return nullptr;
+}
+
+double MetricsSnapshot::value(std::string_view name, TagFilter tags) const noexcept {
+  const Series* s = find(name, tags);
+  return s != nullptr ? s->value : 0.0;
+}
+
+// ---- ShardedCounters ------------------------------------------------------------------------------
+
+namespace detail {
+namespace {
+std::atomic<std::size_t> next_thread_slot{0};
+}  // namespace
+
+ShardedCounters::ShardedCounters(std::size_t counters, std::size_t shards)
+    : stride_((counters + per_line - 1) / per_line),
+      mask_(shards - 1),
+      lines_(new Line[stride_ * shards]) {
+  for (std::size_t i = 0; i < stride_ * shards; ++i) {
+    for (std::atomic<std::uint64_t>& v : lines_[i].v) v.store(0, std::memory_order_relaxed);
+  }
+}
+
+std::size_t ShardedCounters::shard() const noexcept {
+  // Each thread takes the next slot once; consecutive threads land on different shards.
+  static thread_local const std::size_t slot =
+      next_thread_slot.fetch_add(1, std::memory_order_relaxed);
+  return slot & mask_;
+}
+
+std::uint64_t ShardedCounters::sum(std::size_t counter) const noexcept {
+  std::uint64_t total = 0;
+  for (std::size_t s = 0; s <= mask_; ++s) {
+    total += lines_[s * stride_ + counter / per_line].v[counter % per_line].load(
+        std::memory_order_relaxed);
+  }
+  return total;
+}
+
+}  // namespace detail
+
+// ---- MetricsObserver --------------------------------------------------------------------------
+
+namespace {
+
+// Counter slots of a group; the two outcome histograms follow (buckets..., +Inf, sum in ticks).
+enum Slot : std::size_t {
+  retries,
+  timeouts,
+  fallbacks,
+  rejections,  // + RejectionKind
+  histograms = rejections + 4,
+};
+constexpr std::size_t rejection_kinds = 4;
+
+std::size_t default_shards() {
+  const std::size_t hw = std::max(1U, std::thread::hardware_concurrency());
+  return std::min<std::size_t>(std::bit_ceil(hw), 64);
+}
+
+struct Instrument {
+  const char* name;
+  InstrumentKind kind;
+  const char* unit;
+  const char* description;
+};
+
+constexpr Instrument executions{"kevlar.executions", InstrumentKind::counter, "{execution}",
+                                "Public executions of the shield that completed, by final outcome."};
+constexpr Instrument duration{"kevlar.execution.duration", InstrumentKind::histogram, "s",
+                              "Time from entering the shield to the final outcome."};
+constexpr Instrument retries_i{"kevlar.retries", InstrumentKind::counter, "{retry}",
+                               "Retries decided, counted before their backoff."};
+constexpr Instrument timeouts_i{"kevlar.timeouts", InstrumentKind::counter, "{timeout}",
+                                "Timeouts whose budget elapsed."};
+constexpr Instrument fallbacks_i{"kevlar.fallbacks", InstrumentKind::counter, "{fallback}",
+                                 "Handled failures a fallback replaced."};
+constexpr Instrument rejections_i{"kevlar.rejections", InstrumentKind::counter, "{rejection}",
+                                  "Calls refused without running, by the kind of refusal."};
+constexpr Instrument transitions_i{"kevlar.circuit_breaker.transitions", InstrumentKind::counter,
+                                   "{transition}", "Circuit breaker state changes."};
+constexpr Instrument breaker_state{
+    "kevlar.circuit_breaker.state", InstrumentKind::gauge, "{state}",
+    "Circuit breaker state: 0 closed, 1 open, 2 half-open, 3 isolated."};
+constexpr Instrument limiter_inflight{"kevlar.concurrency_limit.inflight", InstrumentKind::gauge,
+                                      "{execution}", "Concurrency limit permits in use."};
+constexpr Instrument limiter_queued{"kevlar.concurrency_limit.queued", InstrumentKind::gauge,
+                                    "{execution}", "Calls waiting for a concurrency limit permit."};
+constexpr Instrument limiter_capacity{"kevlar.concurrency_limit.capacity", InstrumentKind::gauge,
+                                      "{execution}",
+                                      "Concurrency limit permits (max_concurrency)."};
+
+Series make_series(const Instrument& i) {
+  Series s;
+  s.name = i.name;
+  s.kind = i.kind;
+  s.unit = i.unit;
+  s.description = i.description;
+  return s;
+}
+
+void add_name_tag(Series& s, const std::optional<std::string>& name) {
+  if (name) s.tags.push_back({"kevlar.shield.name", *name});
+}
+
+constexpr const char* circuit_names[] = {"closed", "open", "half_open", "isolated"};
+
+}  // namespace
+
+struct MetricsObserver::Group {
+  Group(const std::string* shield_name, std::size_t counters, std::size_t shards)
+      : counters(counters, shards) {
+    if (shield_name != nullptr) name = *shield_name;
+  }
+  [[nodiscard]] bool is(const std::string* shield_name) const noexcept {
+    return shield_name == nullptr ? !name : name && *name == *shield_name;
+  }
+  std::optional<std::string> name;
+  detail::ShardedCounters counters;
+  Group* next = nullptr;  ///< set before the group is published, never changed
+};
+
+struct MetricsObserver::Gauge {
+  enum class Kind : unsigned char { breaker, limiter };
+  Kind kind;
+  std::optional<std::string> name;
+  std::size_t index;
+  std::weak_ptr<const Strategy> strategy;
+  const Strategy* identity;  ///< for deduplication only (never dereferenced)
+};
+
+MetricsObserver::MetricsObserver(MetricsOptions options)
+    : options_(std::move(options)),
+      shards_(options_.shards == 0 ? default_shards() : options_.shards),
+      transitions_(16, shards_) {
+  if (options_.shards != 0 && (!std::has_single_bit(options_.shards) || options_.shards > 1024)) {
+    throw std::invalid_argument(
+        "kevlar::MetricsOptions::shards must be 0 or a power of two at most 1024");
+  }
+  if (options_.duration_buckets.empty() || options_.duration_buckets.size() > 64) {
+    throw std::invalid_argument(
+        "kevlar::MetricsOptions::duration_buckets must hold 1 to 64 upper bounds");
+  }
+  double previous = 0;
+  for (const double b : options_.duration_buckets) {
+    if (!std::isfinite(b) || b <= previous) {
+      throw std::invalid_argument(
+          "kevlar::MetricsOptions::duration_buckets must be finite, positive and strictly "
+          "ascending");
+    }
+    previous = b;
+    bounds_ns_.push_back(std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(b))
+                             .count());
+  }
+}
+
+MetricsObserver::~MetricsObserver() {
+  Group* g = groups_.load(std::memory_order_acquire);
+  while (g != nullptr) {
+    Group* next = g->next;
+    delete g;
+    g = next;
+  }
+}
+
+MetricsObserver::Group* MetricsObserver::find_group(const std::string* name) const noexcept {
+  for (Group* g = groups_.load(std::memory_order_acquire); g != nullptr; g = g->next) {
+    if (g->is(name)) return g;
+  }
+  return nullptr;
+}
+
+MetricsObserver::Group& MetricsObserver::add_group(const std::string* name) {
+  const std::lock_guard lock(groups_mutex_);
+  if (Group* g = find_group(name)) return *g;
+  const std::size_t histogram_slots = bounds_ns_.size() + 2;  // buckets, +Inf, sum
+  auto g = std::make_unique<Group>(name, histograms + 2 * histogram_slots, shards_);
+  g->next = groups_.load(std::memory_order_relaxed);
+  groups_.store(g.get(), std::memory_order_release);
+  return *g.release();
+}
+
+MetricsObserver::Group* MetricsObserver::group(const std::string* name) noexcept {
+  if (Group* g = find_group(name)) return g;
+  try {
+    return &add_group(name);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void MetricsObserver::on_shield(const ShieldInfo& shield) {
+  add_group(shield.name);
+  const std::lock_guard lock(gauges_mutex_);
+  for (std::size_t i = 0; i < shield.strategies.size(); ++i) {
+    const std::shared_ptr<Strategy>& s = shield.strategies[i];
+    Gauge::Kind kind;
+    if (dynamic_cast<const CircuitBreaker*>(s.get()) != nullptr) {
+      kind = Gauge::Kind::breaker;
+    } else if (dynamic_cast<const ConcurrencyLimitStrategy*>(s.get()) != nullptr) {
+      kind = Gauge::Kind::limiter;
+    } else {
+      continue;
+    }
+    std::size_t aliases = 0;
+    bool known = false;
+    for (const Gauge& g : gauges_) {
+      if (g.identity != s.get() || g.strategy.expired()) continue;
+      ++aliases;
+      const bool same_name = shield.name == nullptr ? !g.name : g.name && *g.name == *shield.name;
+      known = known || (same_name && g.index == i);
+    }
+    if (known || aliases >= options_.max_aliases_per_strategy) continue;
+    std::optional<std::string> name;
+    if (shield.name != nullptr) name = *shield.name;
+    gauges_.push_back(Gauge{kind, std::move(name), i, s, s.get()});
+  }
+}
+
+void MetricsObserver::on_event(const Event& event) noexcept {
+  const Event::Detail& d = event.detail;
+  if (const auto* t = std::get_if<BreakerTransition>(&d)) {
+    transitions_.add(static_cast<std::size_t>(t->from) * 4 + static_cast<std::size_t>(t->to), 1);
+    return;
+  }
+  std::size_t slot;
+  switch (d.index()) {
+    case 0: {  // ExecutionFinished
+      Group* g = group(event.source.shield_name);
+      if (g == nullptr) return;
+      const auto& e = *std::get_if<ExecutionFinished>(&d);
+      const std::int64_t ticks = std::max<std::int64_t>(e.duration.count(), 0);
+      const std::size_t base = histograms + (e.success ? 0 : bounds_ns_.size() + 2);
+      const std::size_t bucket = static_cast<std::size_t>(
+          std::lower_bound(bounds_ns_.begin(), bounds_ns_.end(), ticks) - bounds_ns_.begin());
+      g->counters.add(base + bucket, 1);
+      g->counters.add(base + bounds_ns_.size() + 1, static_cast<std::uint64_t>(ticks));
+      return;
+    }
+    case 2:  // RetryScheduled
+      slot = retries;
+      break;
+    case 3:  // TimeoutFired
+      slot = timeouts;
+      break;
+    case 4:  // FallbackTaken
+      slot = fallbacks;
+      break;
+    case 5:  // Rejected
+      slot = rejections + static_cast<std::size_t>(std::get_if<Rejected>(&d)->kind);
+      break;
+    default:  // AttemptStarted, LimiterStateChanged: the gauges are read from the strategies
+      return;
+  }
+  if (Group* g = group(event.source.shield_name)) g->counters.add(slot, 1);
+}
+
+MetricsSnapshot MetricsObserver::snapshot() const {
+  static_assert(std::is_same_v<std::variant_alternative_t<0, Event::Detail>, ExecutionFinished>);
+  static_assert(std::is_same_v<std::variant_alternative_t<5, Event::Detail>, Rejected>);
+  // Groups ordered by name (the unnamed one first), so that the output is stable.
+  std::vector<const Group*> groups;
+  for (const Group* g = groups_.load(std::memory_order_acquire); g != nullptr; g = g->next) {
+    groups.push_back(g);
+  }
+  std::sort(groups.begin(), groups.end(),
+            [](const Group* a, const Group* b) { return a->name < b->name; });
+
+  MetricsSnapshot out;
+  const std::size_t nb = bounds_ns_.size();
+  const auto seconds = [](std::uint64_t ticks) {
+    return std::chrono::duration<double>(Clock::duration(static_cast<Clock::duration::rep>(ticks))).count();
+  };
+  const char* const outcomes[] = {"success", "failure"};
+  // kevlar.executions and kevlar.execution.duration, from the outcome histograms.
+  std::vector<Series> histograms_out;
+  for (const Group* g : groups) {
+    for (std::size_t o = 0; o < 2; ++o) {
+      const std::size_t base = histograms + o * (nb + 2);
+      Series h = make_series(duration);
+      add_name_tag(h, g->name);
+      h.tags.push_back({"kevlar.execution.outcome", outcomes[o]});
+      h.bounds = options_.duration_buckets;
+      std::uint64_t cumulative = 0;
+      for (std::size_t b = 0; b <= nb; ++b) {
+        cumulative += g->counters.sum(base + b);
+        h.buckets.push_back(cumulative);
+      }
+      h.count = cumulative;
+      h.value = seconds(g->counters.sum(base + nb + 1));
+      Series c = make_series(executions);
+      c.tags = h.tags;
+      c.value = static_cast<double>(cumulative);
+      out.series.push_back(std::move(c));
+      histograms_out.push_back(std::move(h));
+    }
+  }
+  for (Series& h : histograms_out) out.series.push_back(std::move(h));
+  const auto counters = [&](const Instrument& i, std::size_t slot) {
+    for (const Group* g : groups) {
+      Series s = make_series(i);
+      add_name_tag(s, g->name);
+      s.value = static_cast<double>(g->counters.sum(slot));
+      out.series.push_back(std::move(s));
+    }
+  };
+  counters(retries_i, retries);
+  counters(timeouts_i, timeouts);
+  counters(fallbacks_i, fallbacks);
+  for (const Group* g : groups) {
+    for (std::size_t k = 0; k < rejection_kinds; ++k) {
+      Series s = make_series(rejections_i);
+      add_name_tag(s, g->name);
+      s.tags.push_back({"kevlar.rejection.type", to_string(static_cast<RejectionKind>(k))});
+      s.value = static_cast<double>(g->counters.sum(rejections + k));
+      out.series.push_back(std::move(s));
+    }
+  }
+  for (std::size_t from = 0; from < 4; ++from) {
+    for (std::size_t to = 0; to < 4; ++to) {
+      const std::uint64_t n = transitions_.sum(from * 4 + to);
+      if (n == 0) continue;  // only the changes that happened
+      Series s = make_series(transitions_i);
+      s.tags.push_back({"kevlar.circuit_breaker.state.from", circuit_names[from]});
+      s.tags.push_back({"kevlar.circuit_breaker.state.to", circuit_names[to]});
+      s.value = static_cast<double>(n);
+      out.series.push_back(std::move(s));
+    }
+  }
+
+  // Gauges, read from the live strategies; aliases of destroyed ones are dropped.
+  std::vector<Series> breaker, inflight, queued, capacity;
+  {
+    const std::lock_guard lock(gauges_mutex_);
+    std::erase_if(gauges_, [](const Gauge& g) { return g.strategy.expired(); });
+    std::sort(gauges_.begin(), gauges_.end(), [](const Gauge& a, const Gauge& b) {
+      return std::tie(a.name, a.index) < std::tie(b.name, b.index);
+    });
+    for (const Gauge& g : gauges_) {
+      const std::shared_ptr<const Strategy> s = g.strategy.lock();
+      if (!s) continue;
+      const auto tagged = [&](const Instrument& i, double v) {
+        Series series = make_series(i);
+        add_name_tag(series, g.name);
+        series.tags.push_back({"kevlar.strategy.index", std::to_string(g.index)});
+        series.value = v;
+        return series;
+      };
+      if (g.kind == Gauge::Kind::breaker) {
+        const auto& b = static_cast<const CircuitBreaker&>(*s);
+        breaker.push_back(tagged(breaker_state, static_cast<double>(b.state())));
+      } else {
+        const auto& l = static_cast<const ConcurrencyLimitStrategy&>(*s);
+        const ConcurrencyLimitState st = l.state();
+        inflight.push_back(tagged(limiter_inflight, st.running));
+        queued.push_back(tagged(limiter_queued, st.queued));
+        capacity.push_back(tagged(limiter_capacity, l.options().max_concurrency));
+      }
+    }
+  }
+  for (std::vector<Series>* v : {&breaker, &inflight, &queued, &capacity}) {
+    for (Series& s : *v) out.series.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace kevlar

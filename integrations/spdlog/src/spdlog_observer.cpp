@@ -1,0 +1,307 @@
+// The spdlog observer: one key=value line per event, repeated events summarised per window.
+#include <kevlar/circuit_breaker.hpp>
+#include <kevlar/spdlog.hpp>
+#include <kevlar/strategy.hpp>
+
+#include <spdlog/logger.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+#include <string_view>
+
+namespace kevlar {
+namespace {
+
+using spdlog::level::level_enum;
+
+constexpr const char* event_names[] = {
+    "execution_finished", "attempt_started",    "retry_scheduled", "timeout_fired",
+    "fallback_taken",     "rejected",           "breaker_transition",
+    "limiter_state_changed"};
+static_assert(std::size(event_names) == std::variant_size_v<Event::Detail>);
+
+level_enum level_of(const Event::Detail& d) {
+  switch (d.index()) {
+    case 0:
+      return std::get_if<ExecutionFinished>(&d)->success ? level_enum::debug : level_enum::err;
+    case 1:
+    case 7:
+      return level_enum::debug;
+    case 2:
+    case 4:
+      return level_enum::info;
+    case 3:
+    case 5:
+      return level_enum::warn;
+    case 6: {
+      const CircuitState to = std::get_if<BreakerTransition>(&d)->to;
+      return to == CircuitState::open || to == CircuitState::isolated ? level_enum::warn
+                                                                       : level_enum::info;
+    }
+    default:
+      return level_enum::info;
+  }
+}
+
+/// 250ms, 1.5s, 12.345us, 0s: the largest unit that keeps the value at least 1, up to 3 decimals.
+void append_duration(fmt::memory_buffer& out, Clock::duration d) {
+  const auto ns = d.count();
+  if (ns == 0) {
+    fmt::format_to(std::back_inserter(out), "0s");
+    return;
+  }
+  struct Unit {
+    std::int64_t ticks;
+    const char* name;
+  };
+  constexpr Unit units[] = {{3'600'000'000'000, "h"}, {60'000'000'000, "min"},
+                            {1'000'000'000, "s"},     {1'000'000, "ms"},
+                            {1'000, "us"},            {1, "ns"}};
+  const std::int64_t magnitude = ns < 0 ? -ns : ns;
+  for (const Unit& u : units) {
+    if (magnitude >= u.ticks || u.ticks == 1) {
+      if (ns % u.ticks == 0) {
+        fmt::format_to(std::back_inserter(out), "{}{}", ns / u.ticks, u.name);
+      } else {
+        // Up to three decimals, trailing zeros dropped.
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(ns) / static_cast<double>(u.ticks));
+        std::string_view s(buf);
+        while (s.back() == '0') s.remove_suffix(1);
+        if (s.back() == '.') s.remove_suffix(1);
+        fmt::format_to(std::back_inserter(out), "{}{}", s, u.name);
+      }
+      return;
+    }
+  }
+}
+
+/// A value, quoted (with " and \ escaped) when it holds a space, a quote, a '=' or nothing.
+void append_value(fmt::memory_buffer& out, std::string_view v) {
+  const bool plain = !v.empty() && v.find_first_of(" \"=\\\t\n") == std::string_view::npos;
+  if (plain) {
+    out.append(v.data(), v.data() + v.size());
+    return;
+  }
+  out.push_back('"');
+  for (const char c : v) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (c == '\n') {
+      out.push_back('\\');
+      out.push_back('n');
+      continue;
+    }
+    out.push_back(c);
+  }
+  out.push_back('"');
+}
+
+void append_field(fmt::memory_buffer& out, std::string_view key, std::string_view value) {
+  out.push_back(' ');
+  out.append(key.data(), key.data() + key.size());
+  out.push_back('=');
+  append_value(out, value);
+}
+
+void append_failure(fmt::memory_buffer& out, const Failure& f) {
+  if (f.exception) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(f.exception);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    append_field(out, "exception", what);
+  } else if (f.error) {
+    append_field(out, "error.category", f.error.category().name());
+    append_field(out, "error.code", std::to_string(f.error.value()));
+    append_field(out, "error.message", f.error.message());
+  }
+}
+
+void append_source(fmt::memory_buffer& out, const Event& e) {
+  fmt::format_to(std::back_inserter(out), "kevlar event={}", event_names[e.detail.index()]);
+  if (e.source.shield_name != nullptr) append_field(out, "shield", *e.source.shield_name);
+  if (e.source.strategy != nullptr) {
+    append_field(out, "strategy", e.source.strategy->describe());
+    fmt::format_to(std::back_inserter(out), " strategy.index={}", e.source.strategy_index);
+  }
+}
+
+void format_event(fmt::memory_buffer& out, const Event& event) {
+  append_source(out, event);
+  const auto it = std::back_inserter(out);
+  std::visit(
+      [&](const auto& d) {
+        using T = std::decay_t<decltype(d)>;
+        if constexpr (std::is_same_v<T, ExecutionFinished>) {
+          fmt::format_to(it, " outcome={} duration=", d.success ? "success" : "failure");
+          append_duration(out, d.duration);
+          fmt::format_to(it, " attempts={}", d.attempts);
+          if (!d.success) append_failure(out, d.failure);
+        } else if constexpr (std::is_same_v<T, AttemptStarted>) {
+          fmt::format_to(it, " attempt={}", d.attempt);
+        } else if constexpr (std::is_same_v<T, RetryScheduled>) {
+          fmt::format_to(it, " retry={} delay=", d.retry);
+          append_duration(out, d.delay);
+          append_failure(out, d.failure);
+        } else if constexpr (std::is_same_v<T, TimeoutFired>) {
+          fmt::format_to(it, " timeout=");
+          append_duration(out, d.timeout);
+        } else if constexpr (std::is_same_v<T, FallbackTaken>) {
+          append_failure(out, d.failure);
+        } else if constexpr (std::is_same_v<T, Rejected>) {
+          fmt::format_to(it, " rejection.type={}", to_string(d.kind));
+          if (d.retry_after) {
+            fmt::format_to(it, " retry_after=");
+            append_duration(out, *d.retry_after);
+          }
+        } else if constexpr (std::is_same_v<T, BreakerTransition>) {
+          fmt::format_to(it, " from={} to={}", to_string(d.from), to_string(d.to));
+          append_failure(out, d.failure);
+        } else if constexpr (std::is_same_v<T, LimiterStateChanged>) {
+          fmt::format_to(it, " running={} queued={}", d.running, d.queued);
+        }
+      },
+      event.detail);
+}
+
+}  // namespace
+
+/// One summary window: the events of one kind (and outcome), shield and strategy.
+struct SpdlogObserver::Window {
+  std::size_t kind;
+  bool success;
+  std::string shield;  ///< empty and !named for an unnamed shield
+  bool named;
+  std::size_t strategy_index;
+  level_enum level;
+  Clock::time_point start;
+  std::uint64_t suppressed = 0;
+  std::string head;  ///< the line's "kevlar event=... strategy.index=..." part, for the summary
+
+  [[nodiscard]] bool is(std::size_t k, bool ok, const Event& e) const noexcept {
+    const bool same_shield = e.source.shield_name == nullptr
+                                 ? !named
+                                 : named && shield == *e.source.shield_name;
+    return kind == k && success == ok && strategy_index == e.source.strategy_index && same_shield;
+  }
+};
+
+struct SpdlogObserver::Pending {
+  level_enum level;
+  std::string head;
+  std::uint64_t count;
+};
+
+SpdlogObserver::SpdlogObserver(std::shared_ptr<spdlog::logger> logger,
+                               SpdlogObserverOptions options)
+    : logger_(std::move(logger)), options_(std::move(options)) {
+  if (!logger_) throw std::invalid_argument("kevlar::SpdlogObserver: the logger is null");
+  if (options_.summary_window <= Clock::duration::zero()) {
+    throw std::invalid_argument("kevlar::SpdlogObserverOptions::summary_window must be positive");
+  }
+  clock_ = options_.clock ? options_.clock : Clock::steady();
+  next_due_ = Clock::time_point::max();
+}
+
+SpdlogObserver::~SpdlogObserver() {
+  try {
+    flush_summaries(true);
+  } catch (...) {  // a sink that throws while the observer goes away: the lines are lost
+  }
+}
+
+std::uint64_t SpdlogObserver::suppressed() const noexcept {
+  const std::lock_guard lock(mutex_);
+  return suppressed_;
+}
+
+void SpdlogObserver::write_summaries(const std::vector<Pending>& pending) {
+  for (const Pending& p : pending) {
+    fmt::memory_buffer line;
+    line.append(p.head.data(), p.head.data() + p.head.size());
+    fmt::format_to(std::back_inserter(line), " more={} window=", p.count);
+    append_duration(line, options_.summary_window);
+    logger_->log(p.level, spdlog::string_view_t(line.data(), line.size()));
+  }
+}
+
+void SpdlogObserver::flush_summaries(bool all) {
+  std::vector<Pending> pending;
+  {
+    const std::lock_guard lock(mutex_);
+    const Clock::time_point now = clock_->now();
+    next_due_ = Clock::time_point::max();
+    for (Window& w : windows_) {
+      if (w.suppressed == 0) continue;
+      if (all || now - w.start >= options_.summary_window) {
+        pending.push_back({w.level, w.head, w.suppressed});
+        w.suppressed = 0;
+        if (all) w.start = Clock::time_point::min();
+      } else {
+        next_due_ = std::min(next_due_, w.start + options_.summary_window);
+      }
+    }
+  }
+  write_summaries(pending);
+}
+
+void SpdlogObserver::on_event(const Event& event) {
+  const level_enum level = level_of(event.detail);
+  if (!logger_->should_log(level)) return;
+  const std::size_t kind = event.detail.index();
+  const bool summarized = options_.summarize && kind != 6;  // transitions always written
+  if (summarized) {
+    const bool ok = kind == 0 && std::get_if<ExecutionFinished>(&event.detail)->success;
+    std::vector<Pending> pending;
+    bool write = false;
+    {
+      const std::lock_guard lock(mutex_);
+      const Clock::time_point now = clock_->now();
+      auto w = std::find_if(windows_.begin(), windows_.end(),
+                            [&](const Window& x) { return x.is(kind, ok, event); });
+      if (w == windows_.end()) {
+        fmt::memory_buffer head;
+        append_source(head, event);
+        Window fresh{kind,  ok, event.source.shield_name ? *event.source.shield_name : std::string(),
+                     event.source.shield_name != nullptr, event.source.strategy_index, level,
+                     now,   0,  std::string(head.data(), head.size())};
+        windows_.push_back(std::move(fresh));
+        write = true;
+      } else if (w->start == Clock::time_point::min() || now - w->start >= options_.summary_window) {
+        if (w->suppressed != 0) pending.push_back({w->level, w->head, w->suppressed});
+        w->start = now;
+        w->suppressed = 0;
+        write = true;
+      } else {
+        if (w->suppressed++ == 0) next_due_ = std::min(next_due_, w->start + options_.summary_window);
+        ++suppressed_;
+      }
+      // Other windows that ended with lines still unreported.
+      if (now >= next_due_) {
+        next_due_ = Clock::time_point::max();
+        for (Window& x : windows_) {
+          if (x.suppressed == 0) continue;
+          if (now - x.start >= options_.summary_window) {
+            pending.push_back({x.level, x.head, x.suppressed});
+            x.suppressed = 0;
+          } else {
+            next_due_ = std::min(next_due_, x.start + options_.summary_window);
+          }
+        }
+      }
+    }
+    write_summaries(pending);
+    if (!write) return;
+  }
+  fmt::memory_buffer line;
+  format_event(line, event);
+  logger_->log(level, spdlog::string_view_t(line.data(), line.size()));
+}
+
+}  // namespace kevlar
