@@ -4,7 +4,7 @@
 #include "second_thread.hpp"
 
 #include <alloc_counter.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/kevlar.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -19,11 +19,30 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <utility>
 
 namespace kevlar::bench {
+
+/// Kevlar's composed scenario: Timeout(10 s) -> Retry(3, no delay) -> ratio breaker (0.1 over at
+/// least 100 calls in 30 s, break 5 s). BM_Pipeline and BM_Observability measure it.
+inline const Shield& timeout_retry_breaker() {
+  static const Shield s = [] {
+    using namespace std::chrono_literals;
+    RetryOptions retry;
+    retry.max_retries = 3;
+    retry.backoff = Backoff::none();
+    CircuitBreakerOptions breaker;
+    breaker.failure_ratio = 0.1;
+    breaker.minimum_throughput = 100;
+    breaker.sampling_window = 30s;
+    breaker.break_duration = 5s;
+    return Shield{}.timeout(10s).retry(retry).circuit_breaker(breaker);
+  }();
+  return s;
+}
 
 /// Reports allocs_per_op and bytes_per_op for the allocations counted by `Source` (the calling
 /// thread's, or every thread's) while the benchmark loop ran. Construct before the loop; call

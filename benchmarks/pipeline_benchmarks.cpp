@@ -18,29 +18,16 @@ using namespace std::chrono_literals;
 
 using kevlar::bench::work;
 
-const kevlar::Shield& pipeline() {
-  static const kevlar::Shield s = [] {
-    kevlar::RetryOptions retry;
-    retry.max_retries = 3;
-    retry.backoff = kevlar::Backoff::none();
-    kevlar::CircuitBreakerOptions breaker;
-    breaker.failure_ratio = 0.1;
-    breaker.minimum_throughput = 100;
-    breaker.sampling_window = 30s;
-    breaker.break_duration = 5s;
-    return kevlar::Shield{}.timeout(10s).retry(retry).circuit_breaker(breaker);
-  }();
-  return s;
-}
+using kevlar::bench::timeout_retry_breaker;
 
 void BM_Pipeline_timeout_retry_breaker(benchmark::State& state) {
-  kevlar::bench::run_sync_calls(state, pipeline(), "no event loop; compare BM_Overhead/raw_sync");
+  kevlar::bench::run_sync_calls(state, timeout_retry_breaker(), "no event loop; compare BM_Overhead/raw_sync");
 }
 
 void BM_Pipeline_timeout_retry_breaker_async(benchmark::State& state) {
   // run() returns after the loop by itself: the deadline queue releases its timer once idle.
   kevlar::bench::run_async_calls(
-      state, pipeline(), "idle loop (deadline timer armed once); compare BM_Overhead/raw_async");
+      state, timeout_retry_breaker(), "idle loop (deadline timer armed once); compare BM_Overhead/raw_async");
 }
 
 }  // namespace

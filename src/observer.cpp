@@ -30,10 +30,27 @@ void ObserverSet::count_failure() const noexcept {
   }
 }
 
-void ObserverSet::deliver_now(const Event& event) const noexcept {
+ObserverSet::ObserverSet(std::vector<std::shared_ptr<Observer>> observers,
+                         std::optional<std::string> name,
+                         const std::vector<std::shared_ptr<Strategy>>& strategies)
+    : observers_(std::move(observers)),
+      states_(observers_.size(), nullptr),
+      name_(std::move(name)),
+      strategies_(strategies.begin(), strategies.end()) {
+  wants_.reserve(observers_.size());
   for (const std::shared_ptr<Observer>& o : observers_) {
+    wants_.push_back(o->interests());
+    interests_ = static_cast<EventKinds>(interests_ | wants_.back());
+  }
+}
+
+void ObserverSet::deliver_now(Event& event) const noexcept {
+  const auto kind = static_cast<EventKinds>(1U << event.detail.index());
+  for (std::size_t i = 0; i < observers_.size(); ++i) {
+    if ((wants_[i] & kind) == 0) continue;
+    event.source.observer_state = states_[i];
     try {
-      o->on_event(event);
+      observers_[i]->on_event(event);
     } catch (...) {
       count_failure();
     }
@@ -49,10 +66,11 @@ void ObserverSet::announce() const noexcept {
       std::vector<std::shared_ptr<Strategy>> strategies;
       strategies.reserve(strategies_.size());
       for (const std::weak_ptr<Strategy>& s : strategies_) strategies.push_back(s.lock());
-      const ShieldInfo info{name(), strategies};
-      for (const std::shared_ptr<Observer>& o : observers_) {
+      for (std::size_t i = 0; i < observers_.size(); ++i) {
+        ShieldInfo info{name(), strategies, nullptr};
         try {
-          o->on_shield(info);
+          observers_[i]->on_shield(info);
+          states_[i] = info.observer_state;
         } catch (...) {
           count_failure();
         }
@@ -92,6 +110,7 @@ class ExecutionObserver final : public Strategy {
     return {StrategyRole::proactive, false, sizeof(Clock::time_point), false};
   }
   Step on_start(Layer& layer) override {
+    (*layer.call()->pipeline().observers)->ensure_announced();
     ::new (layer.frame()) Clock::time_point(layer.clock().now());
     return Step::run_inner;
   }
@@ -113,6 +132,7 @@ class AttemptObserver final : public Strategy {
  public:
   [[nodiscard]] std::string describe() const override { return "(observer)"; }
   Step on_start(Layer& layer) override {
+    (*layer.call()->pipeline().observers)->ensure_announced();
     // The engine declines an attempt past an enclosing deadline (see CallBase::past_deadline):
     // that one never starts and is not announced.
     if (!layer.synchronous() && layer.call()->past_deadline()) return Step::run_inner;
@@ -135,21 +155,20 @@ Strategy& attempt_observer() noexcept {
 
 }  // namespace detail
 
-void Layer::emit_event(Event::Detail detail) const noexcept {
+void Layer::emit_event(Event& event) const noexcept {
   const detail::ObserverSet& set = **call_->pipeline().observers;
-  // Layer 0 is the execution observer; the user's strategy i is layer i + 1.
-  const bool own = index_ == 0 || index_ + 1 == call_->pipeline().size;
-  EventSource source;
-  source.shield_name = set.name();
-  source.strategy_index = own ? EventSource::no_strategy : strategy_index();
-  source.strategy = own ? nullptr : entry_->strategy;
-  source.context = &call_->context();
-  set.deliver(Event{source, std::move(detail)});
+  // The execution's own events come from kevlar's observer layers, which are no strategy.
+  const bool own = entry_->observer_layer;
+  event.source.shield_name = set.name();
+  event.source.strategy_index = own ? EventSource::no_strategy : strategy_index();
+  event.source.strategy = own ? nullptr : entry_->strategy;
+  event.source.context = &call_->context();
+  set.deliver(event);
 }
 
 detail::TransitionSource Layer::transition_source() const noexcept {
   const auto* observers = call_->pipeline().observers;
-  if (observers == nullptr) return {};
+  if (observers == nullptr || !wants<BreakerTransition>()) return {};
   return {observers, strategy_index(), entry_->strategy};
 }
 

@@ -21,29 +21,37 @@ std::size_t round_up(std::size_t n) {
 /// Recomputes the engine's view of `p` and checks the chain's rules.
 void seal(detail::Pipeline& p) {
   const std::size_t n = p.strategies.size();
-  const bool observed = !p.observers.empty();
+  p.observer_set = p.observers.empty() ? nullptr
+                                       : std::make_shared<const detail::ObserverSet>(
+                                             p.observers, p.name, p.strategies);
+  const EventKinds interests = p.observer_set ? p.observer_set->interests() : 0;
+  // An observed shield runs kevlar's execution observer outermost (if an observer wants
+  // ExecutionFinished) and its attempt observer innermost (if one wants AttemptStarted); a shield
+  // without observers has neither, and every layer's interests are 0 (no event is built).
+  const bool execution_layer = (interests & event_kinds<ExecutionFinished>()) != 0;
+  const bool attempt_layer = (interests & event_kinds<AttemptStarted>()) != 0;
+  const auto shift = static_cast<std::uint8_t>(execution_layer ? 1 : 0);
   p.layers.clear();
-  p.layers.reserve(n + (observed ? 2 : 0));
+  p.layers.reserve(n + 2);
   std::size_t offset = 0;
   bool needs_executor = false;
-  // An observed shield runs kevlar's execution observer outermost and its attempt observer
-  // innermost; a shield without observers has neither (and pays nothing for events).
   const auto add_observer_layer = [&](Strategy& s) {
-    p.layers.push_back(
-        detail::PipelineLayer{&s, Clause::default_clause().get(), offset, false, true});
+    p.layers.push_back(detail::PipelineLayer{&s, Clause::default_clause().get(), offset, false,
+                                             true, shift, interests});
     offset += round_up(s.traits().frame_size);
   };
-  if (observed) add_observer_layer(detail::execution_observer());
+  if (execution_layer) add_observer_layer(detail::execution_observer());
   std::vector<StrategyTraits> traits;
   traits.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     traits.push_back(p.strategies[i]->traits());
     p.layers.push_back(detail::PipelineLayer{p.strategies[i].get(), p.clauses[i].get(), offset,
-                                             p.clauses[i]->judges_results(), observed});
+                                             p.clauses[i]->judges_results(), false, shift,
+                                             interests});
     offset += round_up(traits.back().frame_size);
     needs_executor = needs_executor || traits.back().needs_executor;
   }
-  if (observed) add_observer_layer(detail::attempt_observer());
+  if (attempt_layer) add_observer_layer(detail::attempt_observer());
   for (std::size_t i = 0; i < n; ++i) {
     for (std::size_t j = 0; j < i; ++j) {
       if (traits[i].stateful && p.strategies[i] == p.strategies[j]) {
@@ -68,9 +76,7 @@ void seal(detail::Pipeline& p) {
       }
     }
   }
-  p.observer_set =
-      observed ? std::make_shared<const detail::ObserverSet>(p.observers, p.name, p.strategies) : nullptr;
-  p.view.observers = observed ? &p.observer_set : nullptr;
+  p.view.observers = p.observer_set ? &p.observer_set : nullptr;
   p.view.layers = p.layers.data();
   p.view.size = p.layers.size();
   p.view.frame_bytes = offset;

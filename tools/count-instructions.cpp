@@ -13,7 +13,12 @@
 #include "second_thread.hpp"
 
 #include <kevlar/kevlar.hpp>
+#include <kevlar/metrics.hpp>
+#include <kevlar/spdlog.hpp>
 #include <kevlar/timeout.hpp>
+
+#include <spdlog/logger.h>
+#include <spdlog/sinks/null_sink.h>
 
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -125,11 +130,23 @@ kevlar::Shield make(const char* name) {
   }
   if (std::strcmp(name, "concurrency_limit") == 0) return empty.concurrency_limit(1024);
   if (std::strcmp(name, "fallback") == 0) return empty.fallback(0);
-  if (std::strcmp(name, "timeout_retry_breaker") == 0) {
-    kevlar::CircuitBreakerOptions o;
-    o.failure_ratio = 0.1;
-    o.minimum_throughput = 100;
-    return empty.timeout(10s).retry(3).circuit_breaker(o);
+  kevlar::CircuitBreakerOptions ratio;
+  ratio.failure_ratio = 0.1;
+  ratio.minimum_throughput = 100;
+  const kevlar::Shield trb = empty.timeout(10s).retry(3).circuit_breaker(ratio);
+  if (std::strcmp(name, "timeout_retry_breaker") == 0) return trb;
+  // The same shield, named and observed: by the metrics observer, by the spdlog observer (a null
+  // sink at spdlog's default level, info, where a successful call logs nothing), or by both.
+  const std::string observed = name;
+  if (observed.starts_with("observed_trb_")) {
+    const kevlar::Shield named = trb.with_name("api");
+    auto metrics = std::make_shared<kevlar::MetricsObserver>();
+    auto logger = std::make_shared<spdlog::logger>(
+        "count", std::make_shared<spdlog::sinks::null_sink_mt>());
+    auto log = std::make_shared<kevlar::SpdlogObserver>(logger);
+    if (observed == "observed_trb_metrics") return named.observed_by(metrics);
+    if (observed == "observed_trb_spdlog") return named.observed_by(log);
+    if (observed == "observed_trb_both") return named.observed_by(metrics).observed_by(log);
   }
   std::fprintf(stderr, "unknown shield %s\n", name);
   std::exit(2);

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -100,6 +101,9 @@ struct LimiterStateChanged {
 
 /// Where an event comes from.
 struct EventSource {
+  /// What this observer stored in ShieldInfo::observer_state when the shield was announced (for
+  /// example its series for that shield), or nullptr. Set per observer at delivery.
+  void* observer_state = nullptr;
   /// The shield's name (Shield::with_name), or nullptr for an unnamed shield.
   const std::string* shield_name = nullptr;
   /// Position of the strategy in the shield, outermost 0 (no_strategy for ExecutionFinished and
@@ -122,6 +126,38 @@ struct Event {
   Detail detail;
 };
 
+/// A set of event kinds: bit i stands for the alternative i of Event::Detail.
+using EventKinds = std::uint16_t;
+
+/// The set holding the event kinds `Details...` (e.g. `event_kinds<RetryScheduled, Rejected>()`).
+template <class... Details>
+[[nodiscard]] constexpr EventKinds event_kinds() noexcept;
+
+/// Every event kind.
+inline constexpr EventKinds all_event_kinds =
+    static_cast<EventKinds>((1U << std::variant_size_v<Event::Detail>) - 1);
+
+namespace detail {
+template <class T, class Variant>
+struct EventIndex;
+template <class T, class... Ts>
+struct EventIndex<T, std::variant<Ts...>> {
+  static constexpr std::size_t value = [] {
+    constexpr bool same[] = {std::is_same_v<T, Ts>...};
+    std::size_t i = 0;
+    while (i < sizeof...(Ts) && !same[i]) ++i;
+    return i;
+  }();
+  static_assert(value < sizeof...(Ts), "not an event detail type");
+};
+}  // namespace detail
+
+template <class... Details>
+constexpr EventKinds event_kinds() noexcept {
+  return static_cast<EventKinds>(
+      (0U | ... | (1U << detail::EventIndex<Details, Event::Detail>::value)));
+}
+
 /// What an observer learns about a shield it observes, once, before the shield's first event.
 struct ShieldInfo {
   /// The shield's name (Shield::with_name), or nullptr for an unnamed shield.
@@ -129,14 +165,18 @@ struct ShieldInfo {
   /// The shield's strategies, outermost first (EventSource::strategy_index indexes this). Keep a
   /// std::weak_ptr, not a std::shared_ptr, so that observing a shield never keeps it alive.
   std::span<const std::shared_ptr<Strategy>> strategies;
+  /// Out: a pointer the observer wants back, as EventSource::observer_state, with every event of
+  /// this shield (it must stay valid as long as the observer lives). Starts null.
+  void* observer_state = nullptr;
 };
 
 /// Receives the events of the shields it observes (Shield::observed_by).
 ///
 /// Shields: every builder call returns a new shield, and each one that runs is announced to its
-/// observers once, through on_shield, before the first of its events is delivered (an event
-/// delivered on another thread at the same moment waits for the announcement to finish). A shield
-/// that never runs is never announced. on_shield should not run the shield it announces: the
+/// observers once, through on_shield: when its first execution starts (if an observer wants
+/// ExecutionFinished or AttemptStarted), and in any case before the first of its events is
+/// delivered (an event delivered on another thread at the same moment waits for the announcement
+/// to finish). A shield that never runs is never announced. on_shield should not run the shield it announces: the
 /// events that run causes are delivered before on_shield returns.
 ///
 /// Delivery: synchronous, on the thread that made the decision (a breaker's transitions: on the
@@ -150,11 +190,14 @@ struct ShieldInfo {
 class Observer {
  public:
   virtual ~Observer() = default;
-  /// One event; see the class comment for when and where it is called.
+  /// One event of a kind in interests(); see the class comment for when and where it is called.
   virtual void on_event(const Event& event) = 0;
+  /// The event kinds this observer wants, asked once when a shield is built. A shield builds no
+  /// event that none of its observers wants (and runs no layer for it). Default: all of them.
+  [[nodiscard]] virtual EventKinds interests() const noexcept { return all_event_kinds; }
   /// `shield` is about to deliver its first event (see the class comment). The default does
   /// nothing. Its exceptions are swallowed and counted like on_event's.
-  virtual void on_shield(const ShieldInfo& shield) { (void)shield; }
+  virtual void on_shield(ShieldInfo& shield) { (void)shield; }
 };
 
 namespace detail {
@@ -163,17 +206,20 @@ namespace detail {
 class ObserverSet {
  public:
   ObserverSet(std::vector<std::shared_ptr<Observer>> observers, std::optional<std::string> name,
-              const std::vector<std::shared_ptr<Strategy>>& strategies)
-      : observers_(std::move(observers)),
-        name_(std::move(name)),
-        strategies_(strategies.begin(), strategies.end()) {}
+              const std::vector<std::shared_ptr<Strategy>>& strategies);
 
-  /// Delivers `event` to every observer (announcing the shield first, once); exceptions are
-  /// swallowed and counted.
-  void deliver(const Event& event) const noexcept {
-    if (!announced_.load(std::memory_order_acquire)) announce();
+  /// Delivers `event` to every observer that wants its kind (announcing the shield first, once),
+  /// setting event.source.observer_state for each; exceptions are swallowed and counted.
+  void deliver(Event& event) const noexcept {
+    ensure_announced();
     deliver_now(event);
   }
+  /// Announces the shield to its observers unless that was done (see Observer::on_shield).
+  void ensure_announced() const noexcept {
+    if (!announced_.load(std::memory_order_acquire)) announce();
+  }
+  /// The union of the observers' interests.
+  [[nodiscard]] EventKinds interests() const noexcept { return interests_; }
 
   [[nodiscard]] const std::string* name() const noexcept { return name_ ? &*name_ : nullptr; }
   [[nodiscard]] std::uint64_t failures() const noexcept {
@@ -182,12 +228,15 @@ class ObserverSet {
   [[nodiscard]] std::exception_ptr first_failure() const;
 
  private:
-  void deliver_now(const Event& event) const noexcept;
+  void deliver_now(Event& event) const noexcept;
   /// Calls every observer's on_shield, once (the first caller does; concurrent ones wait).
   void announce() const noexcept;
   void count_failure() const noexcept;
 
   std::vector<std::shared_ptr<Observer>> observers_;
+  std::vector<EventKinds> wants_;            ///< per observer
+  mutable std::vector<void*> states_;        ///< per observer; written once, before announced_
+  EventKinds interests_ = 0;
   std::optional<std::string> name_;
   /// Weak: a breaker's pending publications hold the set, and must not keep the breaker alive.
   std::vector<std::weak_ptr<Strategy>> strategies_;

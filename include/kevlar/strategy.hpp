@@ -75,7 +75,7 @@ class Layer {
   [[nodiscard]] std::size_t index() const noexcept { return index_; }
   /// Zero-based position of this strategy among the shield's strategies (Shield::strategies()).
   [[nodiscard]] std::size_t strategy_index() const noexcept {
-    return entry_->observed ? index_ - 1 : index_;
+    return index_ - entry_->strategy_shift;
   }
   /// True for Shield::execute, false for Shield::execute_async.
   [[nodiscard]] bool synchronous() const noexcept { return call_->synchronous(); }
@@ -148,14 +148,22 @@ class Layer {
   }
 
   /// True if the shield has observers (Shield::observed_by): only then is an event worth building.
-  [[nodiscard]] bool observed() const noexcept { return entry_->observed; }
+  [[nodiscard]] bool observed() const noexcept { return entry_->interests != 0; }
+  /// True when an observer of the shield wants events of kind `Detail`: test it before computing
+  /// what only such an event needs.
+  template <class Detail>
+  [[nodiscard]] bool wants() const noexcept {
+    return (entry_->interests & event_kinds<Detail>()) != 0;
+  }
   /// Delivers an event about this strategy's decision to the shield's observers (nothing if there
   /// are none), synchronously, on this thread. Never throws: an observer's exception is swallowed
   /// and counted (see Observer). Call it outside any lock of the strategy.
   template <class Detail>
   void emit(Detail&& detail) const noexcept {
-    if (!observed()) return;
-    emit_event(Event::Detail(std::forward<Detail>(detail)));
+    if (!wants<std::decay_t<Detail>>()) return;
+    Event event{EventSource{}, Event::Detail(std::in_place_type<std::decay_t<Detail>>,
+                                             std::forward<Detail>(detail))};
+    emit_event(event);
   }
   /// What a stateful strategy passes to its state machine's transitions (detail::TransitionScope):
   /// the shield's observers and this strategy's position. Empty when nobody listens.
@@ -182,7 +190,7 @@ class Layer {
 
  private:
   [[nodiscard]] bool judge() const noexcept;
-  void emit_event(Event::Detail detail) const noexcept;
+  void emit_event(Event& event) const noexcept;
 
   detail::CallBase* call_;
   const detail::PipelineLayer* entry_;  ///< this position's strategy, clause and frame offset

@@ -404,7 +404,7 @@ class ShieldRecorder final : public Observer {
     ++events;
     if (announced.empty()) ++events_before_announcement;
   }
-  void on_shield(const ShieldInfo& shield) override {
+  void on_shield(ShieldInfo& shield) override {
     const std::lock_guard lock(mutex_);
     Announced a{shield.name ? *shield.name : "<unnamed>", {}};
     for (const auto& s : shield.strategies) a.strategies.push_back(s.get());

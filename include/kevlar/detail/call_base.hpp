@@ -5,6 +5,7 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/trampoline.hpp>
+#include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -34,7 +35,10 @@ struct PipelineLayer {
   const Clause* clause;
   std::size_t frame_offset;
   bool judges_results;  ///< clause->judges_results(), read on every success without a hop
-  bool observed = false;  ///< the shield has observers (PipelineView::observers), one load away
+  bool observer_layer = false;   ///< one of kevlar's observer layers, not a strategy
+  std::uint8_t strategy_shift = 0;  ///< layer index - strategy index (1 after an execution observer)
+  /// What the shield's observers want (ObserverSet::interests), one load away; 0: unobserved.
+  EventKinds interests = 0;
 };
 
 /// The immutable description of a pipeline an execution runs.

@@ -225,8 +225,13 @@ MetricsObserver::Group* MetricsObserver::group(const std::string* name) noexcept
   }
 }
 
-void MetricsObserver::on_shield(const ShieldInfo& shield) {
-  add_group(shield.name);
+EventKinds MetricsObserver::interests() const noexcept {
+  return event_kinds<ExecutionFinished, RetryScheduled, TimeoutFired, FallbackTaken, Rejected,
+                     BreakerTransition>();
+}
+
+void MetricsObserver::on_shield(ShieldInfo& shield) {
+  shield.observer_state = &add_group(shield.name);
   const std::lock_guard lock(gauges_mutex_);
   for (std::size_t i = 0; i < shield.strategies.size(); ++i) {
     const std::shared_ptr<Strategy>& s = shield.strategies[i];
@@ -259,18 +264,22 @@ void MetricsObserver::on_event(const Event& event) noexcept {
     transitions_.add(static_cast<std::size_t>(t->from) * 4 + static_cast<std::size_t>(t->to), 1);
     return;
   }
+  // The shield's series, found when it was announced (looked up only for an event that raced the
+  // announcement).
+  Group* g = static_cast<Group*>(event.source.observer_state);
+  if (g == nullptr && (g = group(event.source.shield_name)) == nullptr) return;
   std::size_t slot;
   switch (d.index()) {
     case 0: {  // ExecutionFinished
-      Group* g = group(event.source.shield_name);
-      if (g == nullptr) return;
       const auto& e = *std::get_if<ExecutionFinished>(&d);
       const std::int64_t ticks = std::max<std::int64_t>(e.duration.count(), 0);
-      const std::size_t base = histograms + (e.success ? 0 : bounds_ns_.size() + 2);
-      const std::size_t bucket = static_cast<std::size_t>(
-          std::lower_bound(bounds_ns_.begin(), bounds_ns_.end(), ticks) - bounds_ns_.begin());
-      g->counters.add(base + bucket, 1);
-      g->counters.add(base + bounds_ns_.size() + 1, static_cast<std::uint64_t>(ticks));
+      const std::size_t nb = bounds_ns_.size();
+      // Linear from the smallest bound: most calls land in the first buckets.
+      std::size_t bucket = 0;
+      while (bucket < nb && bounds_ns_[bucket] < ticks) ++bucket;
+      std::atomic<std::uint64_t>* h = g->counters.local() + histograms + (e.success ? 0 : nb + 2);
+      h[bucket].fetch_add(1, std::memory_order_relaxed);
+      h[nb + 1].fetch_add(static_cast<std::uint64_t>(ticks), std::memory_order_relaxed);
       return;
     }
     case 2:  // RetryScheduled
@@ -288,7 +297,7 @@ void MetricsObserver::on_event(const Event& event) noexcept {
     default:  // AttemptStarted, LimiterStateChanged: the gauges are read from the strategies
       return;
   }
-  if (Group* g = group(event.source.shield_name)) g->counters.add(slot, 1);
+  g->counters.add(slot, 1);
 }
 
 MetricsSnapshot MetricsObserver::snapshot() const {

@@ -502,8 +502,8 @@ void CircuitBreakerCore::deliver(std::uint64_t ticket) {
           if (e.change.to == CircuitState::open) {
             failure = kevlar::Failure{e.change.last_error, e.change.last_exception};
           }
-          e.shield_observers->deliver(
-              kevlar::Event{source, BreakerTransition{e.change.from, e.change.to, failure}});
+          kevlar::Event event{source, BreakerTransition{e.change.from, e.change.to, failure}};
+          e.shield_observers->deliver(event);
         }
         lock.lock();
         for (std::exception_ptr& ep : failed) {
@@ -587,7 +587,7 @@ Step CircuitBreaker::on_start(Layer& layer) {
   }();
   if (!a.admitted()) {
     const bool isolated = a.state == CircuitState::isolated;
-    if (layer.observed()) {
+    if (layer.wants<Rejected>()) {
       std::optional<Clock::duration> retry_after;
       if (a.retry_after) retry_after = *a.retry_after;
       layer.emit(Rejected{isolated ? RejectionKind::isolated : RejectionKind::circuit_open,
@@ -621,7 +621,7 @@ Step CircuitBreaker::on_inner_complete(Layer& layer) {
   }
   const Clock::time_point now =
       core_.ratio_mode() ? layer.clock().coarse_now() : Clock::time_point{};
-  if (layer.observed()) {
+  if (layer.wants<BreakerTransition>()) {
     const detail::TransitionScope transitions(transition_source(layer));  // may close
     core_.record_success(now, f.admission);
   } else {

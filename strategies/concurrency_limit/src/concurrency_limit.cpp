@@ -67,7 +67,7 @@ Step ConcurrencyLimitStrategy::on_start(Layer& layer) {
   Frame& f = *::new (layer.frame()) Frame{};
   if (semaphore_.try_acquire()) {  // the uncontended path: one CAS
     f.phase = Phase::holding;
-    if (layer.observed()) emit_state(layer);
+    if (layer.wants<LimiterStateChanged>()) emit_state(layer);
     return Step::run_inner;
   }
   if (semaphore_.ledger().full()) {  // decided from one load, no allocation
@@ -86,7 +86,7 @@ Step ConcurrencyLimitStrategy::on_start(Layer& layer) {
       return Step::complete;
     }
     f.phase = Phase::holding;
-    if (layer.observed()) emit_state(layer);
+    if (layer.wants<LimiterStateChanged>()) emit_state(layer);
     return Step::run_inner;
   }
   // The queue wait's cancellation handler lives in the execution: parking allocates nothing.
@@ -106,7 +106,7 @@ Step ConcurrencyLimitStrategy::on_wait_complete(Layer& layer, const boost::syste
   }
   if (!ec) {
     f.phase = Phase::holding;
-    if (layer.observed()) emit_state(layer);
+    if (layer.wants<LimiterStateChanged>()) emit_state(layer);
     return Step::run_inner;
   }
   if (ec == errc::concurrency_limit_exceeded) return reject(layer);  // lost a race for the queue
@@ -121,7 +121,7 @@ Step ConcurrencyLimitStrategy::reject(Layer& layer) {
                                             layer.strategy_index(), layer.context()};
   if (layer.observed()) {
     layer.emit(Rejected{RejectionKind::concurrency_limit, std::nullopt});
-    emit_state(layer);
+    if (layer.wants<LimiterStateChanged>()) emit_state(layer);
   }
   if (options_.on_rejected) options_.on_rejected(event);  // a throw becomes the outcome
   if (!options_.on_rejected_async) {
@@ -153,7 +153,7 @@ Step ConcurrencyLimitStrategy::on_inner_complete(Layer& layer) {
   Frame& f = layer.frame_as<Frame>();
   f.phase = Phase::acquiring;
   semaphore_.release();  // one CAS, or a handoff to the oldest waiter
-  if (layer.observed()) emit_state(layer);
+  if (layer.wants<LimiterStateChanged>()) emit_state(layer);
   return Step::complete;
 }
 

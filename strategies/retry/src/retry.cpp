@@ -246,7 +246,7 @@ Step RetryStrategy::retry(Layer& layer, int& used) {
         options_.delay_generator(RetryEvent{attempt, delay, layer.outcome(), layer.context()});
     if (generated && *generated >= Clock::duration::zero()) delay = cap(*generated);
   }
-  if (layer.observed()) {
+  if (layer.wants<RetryScheduled>()) {
     layer.emit(RetryScheduled{attempt, delay, detail::failure_of_outcome(layer.outcome())});
   }
   if (options_.on_retry) {

@@ -92,12 +92,17 @@ class ShardedCounters {
         n, std::memory_order_relaxed);
   }
   [[nodiscard]] std::uint64_t sum(std::size_t counter) const noexcept;
+  /// The calling thread's shard: counter i is element i (the shard's lines are contiguous).
+  [[nodiscard]] std::atomic<std::uint64_t>* local() noexcept {
+    return &lines_[shard() * stride_].v[0];
+  }
 
  private:
   static constexpr std::size_t per_line = 8;
   struct alignas(64) Line {
     std::atomic<std::uint64_t> v[per_line];
   };
+  static_assert(sizeof(Line) == per_line * sizeof(std::atomic<std::uint64_t>));
   [[nodiscard]] std::size_t shard() const noexcept;
   std::size_t stride_;  ///< lines per shard
   std::size_t mask_;    ///< shards - 1
@@ -138,7 +143,12 @@ class MetricsObserver final : public Observer {
   MetricsObserver& operator=(const MetricsObserver&) = delete;
 
   void on_event(const Event& event) noexcept override;
-  void on_shield(const ShieldInfo& shield) override;
+  /// Registers the shield's series and gauges; its events then find their series directly.
+  void on_shield(ShieldInfo& shield) override;
+  /// Executions, retries, timeouts, fallbacks, rejections and breaker transitions: attempts and
+  /// limiter accounting are not needed (gauges are read from the strategies), so an observed
+  /// shield does not build them.
+  [[nodiscard]] EventKinds interests() const noexcept override;
 
   /// Every series, summed over the shards; gauges read now. Allocates; takes the gauge lock.
   [[nodiscard]] MetricsSnapshot snapshot() const;

@@ -128,7 +128,7 @@ class FallbackStrategy final : public Strategy {
       out.set_error(make_error_code(errc::invalid_result_type));
       return Step::complete;
     }
-    if (layer.observed()) layer.emit(FallbackTaken{detail::failure_of_outcome(out)});
+    if (layer.wants<FallbackTaken>()) layer.emit(FallbackTaken{detail::failure_of_outcome(out)});
     if (!options_.on_fallback && !options_.recovery) {
       out.set_value(*options_.value);
       return Step::complete;
