@@ -460,5 +460,53 @@ TEST_F(Observed, ConcurrentFirstEventsWaitForTheAnnouncement) {
   EXPECT_EQ(shields->events, 8);
 }
 
+/// Wants only the kinds it is given.
+class Picky final : public Observer {
+ public:
+  explicit Picky(EventKinds kinds) : kinds_(kinds) {}
+  void on_event(const Event& e) override {
+    const std::lock_guard lock(mutex_);
+    seen.push_back(Recorder::kind_of(e.detail));
+  }
+  [[nodiscard]] EventKinds interests() const noexcept override { return kinds_; }
+  std::mutex mutex_;
+  std::vector<std::string> seen;
+
+ private:
+  EventKinds kinds_;
+};
+
+TEST_F(Observed, AnObserverReceivesOnlyTheKindsItWants) {
+  auto retries = std::make_shared<Picky>(event_kinds<RetryScheduled>());
+  const Shield shield = Shield{}.retry(constant_retries(2, 0ms)).observed_by(retries).observed_by(recorder);
+  EXPECT_THROW(shield.execute([]() -> int { throw std::runtime_error("down"); }), std::runtime_error);
+  EXPECT_EQ(retries->seen, (std::vector<std::string>{"retry", "retry"}));
+  EXPECT_EQ(recorder->kinds(), (std::vector<std::string>{"attempt", "retry", "attempt", "retry",
+                                                         "attempt", "finished"}))
+      << "another observer of the same shield still gets everything";
+}
+
+TEST_F(Observed, EventsNobodyWantsAreNotBuilt) {
+  // Only retries are wanted: no attempt or execution layer runs, so the shield announces itself
+  // with its first retry, and a call that never retries delivers nothing at all.
+  auto retries = std::make_shared<Picky>(event_kinds<RetryScheduled>());
+  struct Nothing final : Observer {
+    std::atomic<int> calls{0};
+    void on_event(const Event&) override { ++calls; }
+    [[nodiscard]] EventKinds interests() const noexcept override { return 0; }
+  };
+  auto nothing = std::make_shared<Nothing>();
+  const Shield shield = Shield{}.retry(constant_retries(1, 0ms)).observed_by(retries).observed_by(nothing);
+  EXPECT_EQ(shield.execute([] { return 1; }), 1);
+  EXPECT_TRUE(retries->seen.empty());
+  EXPECT_EQ(nothing->calls, 0);
+  EXPECT_THROW(shield.execute([]() -> int { throw std::runtime_error("down"); }), std::runtime_error);
+  EXPECT_EQ(retries->seen, (std::vector<std::string>{"retry"}));
+  EXPECT_EQ(nothing->calls, 0) << "an observer wanting nothing is never called";
+  EXPECT_EQ(event_kinds<ExecutionFinished>(), 1u);
+  EXPECT_EQ((event_kinds<AttemptStarted, LimiterStateChanged>()), (1u << 1) | (1u << 7));
+  EXPECT_EQ(all_event_kinds, 0xffu);
+}
+
 }  // namespace
 }  // namespace kevlar

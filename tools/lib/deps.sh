@@ -6,7 +6,7 @@
 # so a second run costs a few dpkg queries.
 
 # What the quick-start sample needs: a compiler, CMake, Ninja and Boost (Asio is header-only).
-KEVLAR_SAMPLE_PACKAGES=(g++ cmake ninja-build libboost1.81-dev)
+KEVLAR_SAMPLE_PACKAGES=(g++ cmake ninja-build libboost1.81-dev libspdlog-dev)
 
 # What the whole test suite needs: both compilers, the clang sanitizer runtimes, ccache, and the
 # libraries Directory.cmake pins (GoogleTest, Google Benchmark, spdlog which brings fmt).

@@ -33,7 +33,8 @@ void append_number(std::string& out, double v) {
     out += v > 0 ? "+Inf" : "-Inf";
   } else {
     char buf[32];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
+    // Shortest round-trip form, fixed notation for exponents from -4 up (0.0005, 2.5, 10).
+    const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
     out.append(buf, r.ptr);
   }
 }
