@@ -163,7 +163,9 @@ struct ShieldInfo {
   /// The shield's name (Shield::with_name), or nullptr for an unnamed shield.
   const std::string* name = nullptr;
   /// The shield's strategies, outermost first (EventSource::strategy_index indexes this). Keep a
-  /// std::weak_ptr, not a std::shared_ptr, so that observing a shield never keeps it alive.
+  /// std::weak_ptr, not a std::shared_ptr, so that observing a shield never keeps it alive. An
+  /// entry is null when its strategy no longer exists (a shield announced by a breaker's late
+  /// publication, after the shield itself was destroyed).
   std::span<const std::shared_ptr<Strategy>> strategies;
   /// Out: a pointer the observer wants back, as EventSource::observer_state, with every event of
   /// this shield (it must stay valid as long as the observer lives). Starts null.
@@ -176,8 +178,9 @@ struct ShieldInfo {
 /// observers once, through on_shield: when its first execution starts (if an observer wants
 /// ExecutionFinished or AttemptStarted), and in any case before the first of its events is
 /// delivered (an event delivered on another thread at the same moment waits for the announcement
-/// to finish). A shield that never runs is never announced. on_shield should not run the shield it announces: the
-/// events that run causes are delivered before on_shield returns.
+/// to finish). A shield that never runs is never announced. on_shield must not run the shield it
+/// announces, nor another shield sharing its circuit breakers: the announcement holds a lock that
+/// the shield's other threads (and a breaker publishing a change) wait for.
 ///
 /// Delivery: synchronous, on the thread that made the decision (a breaker's transitions: on the
 /// thread running the breaker's publication loop), never under a strategy's lock; the events of

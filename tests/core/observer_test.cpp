@@ -448,16 +448,38 @@ TEST_F(Observed, AThrowingAnnouncementIsCountedAndEventsStillFlow) {
 }
 
 TEST_F(Observed, ConcurrentFirstEventsWaitForTheAnnouncement) {
-  auto shields = std::make_shared<ShieldRecorder>();
-  const Shield shield = Shield{}.retry(1).observed_by(shields);
+  // The announcing thread holds on_shield until every other thread has started its call: their
+  // first events must wait for it to finish.
+  struct Slow final : Observer {
+    std::atomic<int> started{0};
+    std::atomic<bool> finished{false};
+    std::atomic<int> announcements{0};
+    std::atomic<int> early{0};
+    std::atomic<int> events{0};
+    void on_event(const Event&) override {
+      ++events;
+      if (!finished.load()) ++early;
+    }
+    void on_shield(ShieldInfo&) override {
+      ++announcements;
+      while (started.load() < 4) std::this_thread::yield();
+      for (int i = 0; i < 1000; ++i) std::this_thread::yield();  // let them reach their events
+      finished = true;
+    }
+  };
+  auto slow = std::make_shared<Slow>();
+  const Shield shield = Shield{}.retry(1).observed_by(slow);
   std::vector<std::thread> pool;
   for (int t = 0; t < 4; ++t) {
-    pool.emplace_back([&] { EXPECT_EQ(shield.execute([] { return 1; }), 1); });
+    pool.emplace_back([&] {
+      ++slow->started;
+      EXPECT_EQ(shield.execute([] { return 1; }), 1);
+    });
   }
   for (std::thread& th : pool) th.join();
-  EXPECT_EQ(shields->announced.size(), 1u);
-  EXPECT_EQ(shields->events_before_announcement, 0);
-  EXPECT_EQ(shields->events, 8);
+  EXPECT_EQ(slow->announcements, 1);
+  EXPECT_EQ(slow->early, 0) << "an event was delivered before the announcement finished";
+  EXPECT_EQ(slow->events, 8);
 }
 
 /// Wants only the kinds it is given.

@@ -273,6 +273,26 @@ TEST_F(Metrics, AliasesOfOneStrategyAreBounded) {
       << "the bound is on gauges only";
 }
 
+TEST_F(Metrics, OneGaugeSeriesPerNameAndIndex) {
+  // Two live shields named "db", each with a breaker of its own at index 0: one series, showing
+  // the breaker of the shield announced last (two samples with the same labels would be refused).
+  auto first = CircuitBreaker::create(consecutive(1));
+  auto second = CircuitBreaker::create(consecutive(1));
+  const Shield a = Shield{}.with_name("db").use(first).observed_by(metrics);
+  const Shield b = Shield{}.with_name("db").use(second).observed_by(metrics);
+  EXPECT_EQ(a.execute([] { return 1; }), 1);
+  second->isolate();
+  EXPECT_THROW(b.execute([] { return 1; }), Error);
+  std::size_t series = 0;
+  for (const Series& s : metrics->snapshot().series) {
+    if (s.name == "kevlar.circuit_breaker.state") {
+      ++series;
+      EXPECT_EQ(s.value, 3) << "the later shield's isolated breaker";
+    }
+  }
+  EXPECT_EQ(series, 1u);
+}
+
 TEST_F(Metrics, LimiterGaugesAreReadFromTheLimiter) {
   auto limiter = ConcurrencyLimitStrategy::create(limits(3, 2));
   const Shield shield = Shield{}.with_name("l").use(limiter).observed_by(metrics);
@@ -351,10 +371,31 @@ TEST_F(Metrics, RecordingAllocatesNothing) {
       {source, BreakerTransition{CircuitState::closed, CircuitState::open, {}}},
       {source, LimiterStateChanged{1, 0}},
   };
-  const testing::AllocScope scope;
-  for (const Event& e : events) metrics->on_event(e);
-  EXPECT_EQ(scope.count(), 0u);
+  {
+    // Events without the per-shield state (as one racing the announcement): the name lookup.
+    const testing::AllocScope scope;
+    for (const Event& e : events) metrics->on_event(e);
+    EXPECT_EQ(scope.count(), 0u);
+  }
   EXPECT_EQ(metrics->snapshot().value("kevlar.retries", {{"kevlar.shield.name", "api"}}), 1);
+  // The ordinary path: executions through the observed shield, each with a retry, against the
+  // same loop through the same strategies unobserved (the thrown exceptions allocate in both).
+  const auto allocations = [](const Shield& s) {
+    int calls = 0;
+    const testing::AllocScope scope;
+    for (int i = 0; i < 100; ++i) {
+      EXPECT_EQ(s.execute([&] {
+        if (++calls % 2 == 1) throw std::runtime_error("once");
+        return 1;
+      }),
+                1);
+    }
+    return scope.count();
+  };
+  const Shield unobserved = Shield{}.with_name("api").use(shield.strategies()[0]);
+  const std::uint64_t control = allocations(unobserved);
+  EXPECT_EQ(allocations(shield), control) << "observing adds no allocation";
+  EXPECT_EQ(metrics->snapshot().value("kevlar.retries", {{"kevlar.shield.name", "api"}}), 101);
 }
 
 TEST_F(Metrics, InvalidOptionsAreRefused) {

@@ -12,6 +12,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -201,6 +202,52 @@ TEST(SpdlogObserver, TransitionsAreNeverSummarised) {
   EXPECT_EQ(transitions, 5u) << log.out.str();  // open, half_open, open, half_open, open
 }
 
+TEST(SpdlogObserver, TwoShieldsOfOneNameAreSummarisedApart) {
+  Captured log(spdlog::level::warn);
+  auto clock = ManualClock::create();
+  auto observer = std::make_shared<SpdlogObserver>(log.logger, on(clock));
+  auto b1 = CircuitBreaker::create(one_failure_opens());
+  auto b2 = CircuitBreaker::create(one_failure_opens());
+  b1->isolate();
+  b2->isolate();
+  const Shield a = Shield{}.with_name("db").use(b1).observed_by(observer).with_clock(clock);
+  const Shield b = Shield{}.with_name("db").use(b2).observed_by(observer).with_clock(clock);
+  EXPECT_THROW(a.execute([] { return 1; }), Error);
+  EXPECT_THROW(b.execute([] { return 1; }), Error);
+  std::size_t rejections = 0;
+  for (const std::string& l : log.lines()) rejections += l.find("event=rejected") != std::string::npos;
+  EXPECT_EQ(rejections, 2u) << "each shield's first rejection is written\n" << log.out.str();
+}
+
+TEST(SpdlogObserver, ATransitionAlsoWritesTheEndedWindowsSummaries) {
+  Captured log(spdlog::level::info);
+  auto clock = ManualClock::create();
+  auto observer = std::make_shared<SpdlogObserver>(log.logger, on(clock));
+  CircuitBreakerOptions o = one_failure_opens();
+  o.break_duration = 2s;
+  auto breaker = CircuitBreaker::create(o);
+  const Shield shield = Shield{}.use(breaker).observed_by(observer).with_clock(clock);
+  EXPECT_THROW(shield.execute([]() -> int { throw std::runtime_error("down"); }), std::runtime_error);
+  for (int i = 0; i < 3; ++i) EXPECT_THROW(shield.execute([] { return 1; }), Error);
+  clock->advance(2s);
+  // The next call half-opens the breaker and closes it: transitions, written at once, bring the
+  // rejections' ended window with them.
+  EXPECT_EQ(shield.execute([] { return 1; }), 1);
+  const std::vector<std::string> lines = log.lines();
+  const auto at = [&](const std::string& what) {
+    return std::find_if(lines.begin(), lines.end(),
+                        [&](const std::string& l) { return l.find(what) != std::string::npos; }) -
+           lines.begin();
+  };
+  const auto more = at("event=rejected strategy=");
+  const auto summary = at("more=2 window=1s");
+  const auto half_open = at("to=half_open");
+  ASSERT_LT(static_cast<std::size_t>(summary), lines.size()) << log.out.str();
+  EXPECT_LT(more, summary);
+  EXPECT_LT(summary, half_open) << "the summary comes before the next transition's line\n"
+                                << log.out.str();
+}
+
 TEST(SpdlogObserver, LeavesTheRegistryAndTheDefaultLoggerAlone) {
   std::ostringstream default_out;
   auto previous_default = spdlog::default_logger();
@@ -227,6 +274,8 @@ TEST(SpdlogObserver, RefusesANullLoggerAndAnEmptyWindow) {
   Captured log;
   SpdlogObserverOptions o;
   o.summary_window = 0s;
+  EXPECT_THROW(SpdlogObserver(log.logger, o), std::invalid_argument);
+  o.summary_window = Clock::duration::max();  // start + window would overflow
   EXPECT_THROW(SpdlogObserver(log.logger, o), std::invalid_argument);
 }
 

@@ -49,9 +49,10 @@ struct PipelineView {
   const Clock* clock = nullptr;
   /// Some layer's StrategyTraits::needs_executor: refuse handlers without an executor.
   bool needs_executor = false;
-  /// The shield's observers, or nullptr when nobody listens (every emission point tests this
-  /// first). When set, layer 0 and the last layer are kevlar's own execution and attempt
-  /// observers, and the user's strategy i is layer i + 1.
+  /// The shield's observers, or nullptr when nobody listens. Emission points test the layer's
+  /// interests instead (PipelineLayer::interests). When an observer wants ExecutionFinished,
+  /// layer 0 is kevlar's execution observer (PipelineLayer::strategy_shift is then 1); when one
+  /// wants AttemptStarted, the last layer is its attempt observer.
   const std::shared_ptr<const ObserverSet>* observers = nullptr;
 };
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <new>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -48,12 +49,20 @@ std::atomic<std::size_t> next_thread_slot{0};
 }  // namespace
 
 ShardedCounters::ShardedCounters(std::size_t counters, std::size_t shards)
-    : stride_((counters + per_line - 1) / per_line),
+    : stride_(([&] {
+        constexpr std::size_t per_line = line / sizeof(std::atomic<std::uint64_t>);
+        return (counters + per_line - 1) / per_line * per_line;
+      })()),
       mask_(shards - 1),
-      lines_(new Line[stride_ * shards]) {
-  for (std::size_t i = 0; i < stride_ * shards; ++i) {
-    for (std::atomic<std::uint64_t>& v : lines_[i].v) v.store(0, std::memory_order_relaxed);
-  }
+      size_(stride_ * shards),
+      data_(static_cast<std::atomic<std::uint64_t>*>(
+          ::operator new(size_ * sizeof(std::atomic<std::uint64_t>), std::align_val_t{line}))) {
+  for (std::size_t i = 0; i < size_; ++i) ::new (data_ + i) std::atomic<std::uint64_t>(0);
+}
+
+ShardedCounters::~ShardedCounters() {
+  static_assert(std::is_trivially_destructible_v<std::atomic<std::uint64_t>>);
+  ::operator delete(data_, std::align_val_t{line});
 }
 
 std::size_t ShardedCounters::shard() const noexcept {
@@ -66,8 +75,7 @@ std::size_t ShardedCounters::shard() const noexcept {
 std::uint64_t ShardedCounters::sum(std::size_t counter) const noexcept {
   std::uint64_t total = 0;
   for (std::size_t s = 0; s <= mask_; ++s) {
-    total += lines_[s * stride_ + counter / per_line].v[counter % per_line].load(
-        std::memory_order_relaxed);
+    total += data_[s * stride_ + counter].load(std::memory_order_relaxed);
   }
   return total;
 }
@@ -164,14 +172,18 @@ struct MetricsObserver::Gauge {
   const Strategy* identity;  ///< for deduplication only (never dereferenced)
 };
 
-MetricsObserver::MetricsObserver(MetricsOptions options)
-    : options_(std::move(options)),
-      shards_(options_.shards == 0 ? default_shards() : options_.shards),
-      transitions_(16, shards_) {
-  if (options_.shards != 0 && (!std::has_single_bit(options_.shards) || options_.shards > 1024)) {
+std::size_t MetricsObserver::validated_shards(const MetricsOptions& options) {
+  if (options.shards != 0 && (!std::has_single_bit(options.shards) || options.shards > 1024)) {
     throw std::invalid_argument(
         "kevlar::MetricsOptions::shards must be 0 or a power of two at most 1024");
   }
+  return options.shards == 0 ? default_shards() : options.shards;
+}
+
+MetricsObserver::MetricsObserver(MetricsOptions options)
+    : options_(std::move(options)),
+      shards_(validated_shards(options_)),
+      transitions_(16, shards_) {
   if (options_.duration_buckets.empty() || options_.duration_buckets.size() > 64) {
     throw std::invalid_argument(
         "kevlar::MetricsOptions::duration_buckets must hold 1 to 64 upper bounds");
@@ -243,13 +255,22 @@ void MetricsObserver::on_shield(ShieldInfo& shield) {
     } else {
       continue;
     }
+    // One series per (name, index): a strategy newly announced there replaces the previous one
+    // (two shields of one name, each with its own breaker, would otherwise give two samples with
+    // the same labels, which Prometheus refuses).
+    const auto same_alias = [&](const Gauge& g) {
+      const bool same_name = shield.name == nullptr ? !g.name : g.name && *g.name == *shield.name;
+      return same_name && g.index == i;
+    };
+    std::erase_if(gauges_, [&](const Gauge& g) {
+      return g.strategy.expired() || (same_alias(g) && g.identity != s.get());
+    });
     std::size_t aliases = 0;
     bool known = false;
     for (const Gauge& g : gauges_) {
-      if (g.identity != s.get() || g.strategy.expired()) continue;
+      if (g.identity != s.get()) continue;
       ++aliases;
-      const bool same_name = shield.name == nullptr ? !g.name : g.name && *g.name == *shield.name;
-      known = known || (same_name && g.index == i);
+      known = known || same_alias(g);
     }
     if (known || aliases >= options_.max_aliases_per_strategy) continue;
     std::optional<std::string> name;

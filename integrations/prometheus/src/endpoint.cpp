@@ -79,6 +79,10 @@ http::response<http::string_body> respond(MetricsEndpoint::Source& source,
       res.result(http::status::internal_server_error);
       res.set(http::field::content_type, "text/plain; charset=utf-8");
       res.body() = std::string("metrics source failed: ") + e.what() + "\n";
+    } catch (...) {
+      res.result(http::status::internal_server_error);
+      res.set(http::field::content_type, "text/plain; charset=utf-8");
+      res.body() = "metrics source failed\n";
     }
   }
   res.prepare_payload();
@@ -90,6 +94,13 @@ asio::awaitable<void> serve(std::shared_ptr<MetricsEndpoint::State> state, tcp::
   beast::tcp_stream stream(std::move(socket));
   if (state->stopped) co_return;
   state->connections.insert(&stream);
+  // Leaves the set however the coroutine ends (an exception included): stop() must never see a
+  // destroyed stream.
+  struct Registered {
+    MetricsEndpoint::State& state;
+    beast::tcp_stream& stream;
+    ~Registered() { state.connections.erase(&stream); }
+  } registered{*state, stream};
   beast::flat_buffer buffer;
   for (;;) {
     http::request<http::string_body> req;
@@ -105,7 +116,6 @@ asio::awaitable<void> serve(std::shared_ptr<MetricsEndpoint::State> state, tcp::
     (void)write_n;
     if (write_ec || !keep_alive || state->stopped) break;
   }
-  state->connections.erase(&stream);
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   stream.socket().close(ignored);

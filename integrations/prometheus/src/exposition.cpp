@@ -26,7 +26,15 @@ bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+void append_number(std::string& out, std::uint64_t v);
+
 void append_number(std::string& out, double v) {
+  // Counts and other whole values print as integers (1000000, not 1e+06), up to 2^53.
+  constexpr double exact = 9007199254740992.0;
+  if (v >= 0 && v <= exact && v == std::floor(v)) {
+    append_number(out, static_cast<std::uint64_t>(v));
+    return;
+  }
   if (std::isnan(v)) {
     out += "NaN";
   } else if (std::isinf(v)) {

@@ -172,11 +172,15 @@ void format_event(fmt::memory_buffer& out, const Event& event) {
 
 }  // namespace
 
+// ShieldTag: a shield as the summaries know it. Announced shields get one each (EventSource::
+// observer_state points to it), so that two shields of one name keep separate windows.
+
 /// One summary window: the events of one kind (and outcome), shield and strategy.
 struct SpdlogObserver::Window {
   std::size_t kind;
   bool success;
-  std::string shield;  ///< empty and !named for an unnamed shield
+  const void* shield_tag;  ///< the announced shield, or nullptr (then the name tells shields apart)
+  std::string shield;      ///< empty and !named for an unnamed shield
   bool named;
   std::size_t strategy_index;
   level_enum level;
@@ -185,10 +189,11 @@ struct SpdlogObserver::Window {
   std::string head;  ///< the line's "kevlar event=... strategy.index=..." part, for the summary
 
   [[nodiscard]] bool is(std::size_t k, bool ok, const Event& e) const noexcept {
-    const bool same_shield = e.source.shield_name == nullptr
-                                 ? !named
-                                 : named && shield == *e.source.shield_name;
-    return kind == k && success == ok && strategy_index == e.source.strategy_index && same_shield;
+    if (kind != k || success != ok || strategy_index != e.source.strategy_index) return false;
+    if (shield_tag != nullptr || e.source.observer_state != nullptr) {
+      return shield_tag == e.source.observer_state;
+    }
+    return e.source.shield_name == nullptr ? !named : named && shield == *e.source.shield_name;
   }
 };
 
@@ -202,8 +207,10 @@ SpdlogObserver::SpdlogObserver(std::shared_ptr<spdlog::logger> logger,
                                SpdlogObserverOptions options)
     : logger_(std::move(logger)), options_(std::move(options)) {
   if (!logger_) throw std::invalid_argument("kevlar::SpdlogObserver: the logger is null");
-  if (options_.summary_window <= Clock::duration::zero()) {
-    throw std::invalid_argument("kevlar::SpdlogObserverOptions::summary_window must be positive");
+  if (options_.summary_window <= Clock::duration::zero() ||
+      options_.summary_window > std::chrono::hours(24)) {
+    throw std::invalid_argument(
+        "kevlar::SpdlogObserverOptions::summary_window must be positive and at most 24 h");
   }
   clock_ = options_.clock ? options_.clock : Clock::steady();
   next_due_ = Clock::time_point::max();
@@ -251,54 +258,65 @@ void SpdlogObserver::flush_summaries(bool all) {
   write_summaries(pending);
 }
 
+void SpdlogObserver::on_shield(ShieldInfo& shield) {
+  const std::lock_guard lock(mutex_);
+  shield.observer_state = &tags_.emplace_back();
+}
+
+void SpdlogObserver::collect_due(Clock::time_point now, std::vector<Pending>& pending) {
+  if (now < next_due_) return;
+  next_due_ = Clock::time_point::max();
+  for (Window& x : windows_) {
+    if (x.suppressed == 0) continue;
+    if (now - x.start >= options_.summary_window) {
+      pending.push_back({x.level, x.head, x.suppressed});
+      x.suppressed = 0;
+    } else {
+      next_due_ = std::min(next_due_, x.start + options_.summary_window);
+    }
+  }
+}
+
 void SpdlogObserver::on_event(const Event& event) {
   const level_enum level = level_of(event.detail);
   if (!logger_->should_log(level)) return;
   const std::size_t kind = event.detail.index();
-  const bool summarized = options_.summarize && kind != 6;  // transitions always written
-  if (summarized) {
+  std::vector<Pending> pending;
+  bool write = true;
+  if (options_.summarize) {
     const bool ok = kind == 0 && std::get_if<ExecutionFinished>(&event.detail)->success;
-    std::vector<Pending> pending;
-    bool write = false;
-    {
-      const std::lock_guard lock(mutex_);
-      const Clock::time_point now = clock_->now();
+    const std::lock_guard lock(mutex_);
+    const Clock::time_point now = clock_->now();
+    if (kind != 6) {  // breaker transitions are always written
       auto w = std::find_if(windows_.begin(), windows_.end(),
                             [&](const Window& x) { return x.is(kind, ok, event); });
       if (w == windows_.end()) {
+        // Windows that ended with nothing to report carry nothing: drop them, so that the list
+        // holds only the windows of events seen within the last window's length.
+        std::erase_if(windows_, [&](const Window& x) {
+          return x.suppressed == 0 &&
+                 (x.start == Clock::time_point::min() || now - x.start >= options_.summary_window);
+        });
         fmt::memory_buffer head;
         append_source(head, event);
-        Window fresh{kind,  ok, event.source.shield_name ? *event.source.shield_name : std::string(),
-                     event.source.shield_name != nullptr, event.source.strategy_index, level,
-                     now,   0,  std::string(head.data(), head.size())};
-        windows_.push_back(std::move(fresh));
-        write = true;
+        windows_.push_back(Window{kind, ok, event.source.observer_state,
+                                  event.source.shield_name ? *event.source.shield_name : std::string(),
+                                  event.source.shield_name != nullptr, event.source.strategy_index,
+                                  level, now, 0, std::string(head.data(), head.size())});
       } else if (w->start == Clock::time_point::min() || now - w->start >= options_.summary_window) {
         if (w->suppressed != 0) pending.push_back({w->level, w->head, w->suppressed});
         w->start = now;
         w->suppressed = 0;
-        write = true;
       } else {
         if (w->suppressed++ == 0) next_due_ = std::min(next_due_, w->start + options_.summary_window);
         ++suppressed_;
-      }
-      // Other windows that ended with lines still unreported.
-      if (now >= next_due_) {
-        next_due_ = Clock::time_point::max();
-        for (Window& x : windows_) {
-          if (x.suppressed == 0) continue;
-          if (now - x.start >= options_.summary_window) {
-            pending.push_back({x.level, x.head, x.suppressed});
-            x.suppressed = 0;
-          } else {
-            next_due_ = std::min(next_due_, x.start + options_.summary_window);
-          }
-        }
+        write = false;
       }
     }
-    write_summaries(pending);
-    if (!write) return;
+    collect_due(now, pending);  // other windows that ended with lines still unreported
   }
+  write_summaries(pending);
+  if (!write) return;
   fmt::memory_buffer line;
   format_event(line, event);
   logger_->log(level, spdlog::string_view_t(line.data(), line.size()));

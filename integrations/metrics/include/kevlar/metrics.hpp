@@ -83,30 +83,29 @@ struct MetricsOptions {
 
 namespace detail {
 
-/// Counters spread over per-thread shards (cache-line aligned), summed on read.
+/// Counters spread over per-thread shards, each shard a whole number of cache lines (so that two
+/// threads never write the same line), summed on read.
 class ShardedCounters {
  public:
   ShardedCounters(std::size_t counters, std::size_t shards);
+  ~ShardedCounters();
+  ShardedCounters(const ShardedCounters&) = delete;
+  ShardedCounters& operator=(const ShardedCounters&) = delete;
+
   void add(std::size_t counter, std::uint64_t n) noexcept {
-    lines_[shard() * stride_ + counter / per_line].v[counter % per_line].fetch_add(
-        n, std::memory_order_relaxed);
+    local()[counter].fetch_add(n, std::memory_order_relaxed);
   }
   [[nodiscard]] std::uint64_t sum(std::size_t counter) const noexcept;
-  /// The calling thread's shard: counter i is element i (the shard's lines are contiguous).
-  [[nodiscard]] std::atomic<std::uint64_t>* local() noexcept {
-    return &lines_[shard() * stride_].v[0];
-  }
+  /// The calling thread's shard: counter i is element i.
+  [[nodiscard]] std::atomic<std::uint64_t>* local() noexcept { return data_ + shard() * stride_; }
 
  private:
-  static constexpr std::size_t per_line = 8;
-  struct alignas(64) Line {
-    std::atomic<std::uint64_t> v[per_line];
-  };
-  static_assert(sizeof(Line) == per_line * sizeof(std::atomic<std::uint64_t>));
+  static constexpr std::size_t line = 64;
   [[nodiscard]] std::size_t shard() const noexcept;
-  std::size_t stride_;  ///< lines per shard
+  std::size_t stride_;  ///< counters per shard, rounded up to whole cache lines
   std::size_t mask_;    ///< shards - 1
-  std::unique_ptr<Line[]> lines_;
+  std::size_t size_;    ///< stride_ * shards
+  std::atomic<std::uint64_t>* data_;  ///< one 64-byte aligned block
 };
 
 }  // namespace detail
@@ -163,6 +162,7 @@ class MetricsObserver final : public Observer {
   Group* group(const std::string* name) noexcept;
   [[nodiscard]] Group* find_group(const std::string* name) const noexcept;
   Group& add_group(const std::string* name);
+  static std::size_t validated_shards(const MetricsOptions& options);
 
   MetricsOptions options_;
   std::vector<std::int64_t> bounds_ns_;  ///< duration_buckets in Clock ticks

@@ -55,7 +55,9 @@ class MetricsEndpoint {
   MetricsEndpoint(const boost::asio::any_io_executor& executor,
                   std::shared_ptr<const MetricsObserver> metrics,
                   const boost::asio::ip::tcp::endpoint& where);
-  /// Serves what `source` returns (for example several observers' text, concatenated).
+  /// Serves what `source` returns: one whole exposition, in which no metric family repeats (the
+  /// text of two snapshots concatenated would repeat HELP and TYPE lines, which Prometheus
+  /// rejects).
   MetricsEndpoint(const boost::asio::any_io_executor& executor, Source source,
                   const boost::asio::ip::tcp::endpoint& where);
   ~MetricsEndpoint();

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,12 +22,13 @@ namespace kevlar {
 /// Options of a SpdlogObserver.
 struct SpdlogObserverOptions {
   /// Summarise repeated events (a rejection storm, an outage's failures): of the events of one
-  /// kind from one shield and strategy, at most one line is written per `summary_window`; the
+  /// kind from one shield (each shield the observer was announced; two shields of one name are
+  /// two) and strategy, at most one line is written per `summary_window`; the
   /// others are counted and reported by one "N more" line when the window has ended (written
   /// with the next event logged after that, or by flush_summaries() or the destructor). Breaker
   /// transitions are always written.
   bool summarize = true;
-  /// Length of a summary window (> 0).
+  /// Length of a summary window (> 0, at most 24 h).
   Clock::duration summary_window = std::chrono::seconds(1);
   /// The clock windows are measured on; null: Clock::steady(). A ManualClock makes tests exact.
   std::shared_ptr<const Clock> clock;
@@ -64,6 +66,8 @@ class SpdlogObserver final : public Observer {
   SpdlogObserver& operator=(const SpdlogObserver&) = delete;
 
   void on_event(const Event& event) override;
+  /// Gives the shield an identity of its own for the summaries.
+  void on_shield(ShieldInfo& shield) override;
 
   /// Writes the pending "N more" lines: of the windows that have ended, or of all of them (and
   /// closes those windows) with `all`.
@@ -74,15 +78,21 @@ class SpdlogObserver final : public Observer {
   [[nodiscard]] const std::shared_ptr<spdlog::logger>& logger() const noexcept { return logger_; }
 
  private:
+  struct ShieldTag {
+    char unused = 0;  ///< only its address matters
+  };
   struct Window;
   struct Pending;
   void write_summaries(const std::vector<Pending>& pending);
+  /// Under mutex_: moves the "N more" lines of the windows that ended before `now` to `pending`.
+  void collect_due(Clock::time_point now, std::vector<Pending>& pending);
 
   std::shared_ptr<spdlog::logger> logger_;
   SpdlogObserverOptions options_;
   std::shared_ptr<const Clock> clock_;
   mutable std::mutex mutex_;
   std::vector<Window> windows_;      ///< under mutex_
+  std::deque<ShieldTag> tags_;       ///< under mutex_: one per announced shield (stable addresses)
   Clock::time_point next_due_;       ///< under mutex_: earliest end of a window with suppressed lines
   std::uint64_t suppressed_ = 0;     ///< under mutex_
 };
