@@ -144,6 +144,15 @@ kevlar::Shield make(const char* name) {
     auto logger = std::make_shared<spdlog::logger>(
         "count", std::make_shared<spdlog::sinks::null_sink_mt>());
     auto log = std::make_shared<kevlar::SpdlogObserver>(logger);
+    // The control: an observer that wants only ExecutionFinished and does nothing with it, the
+    // price of being observed at all (the execution layer, its clock reads, one event delivered).
+    struct Noop final : kevlar::Observer {
+      void on_event(const kevlar::Event&) override {}
+      [[nodiscard]] kevlar::EventKinds interests() const noexcept override {
+        return kevlar::event_kinds<kevlar::ExecutionFinished>();
+      }
+    };
+    if (observed == "observed_trb_noop") return named.observed_by(std::make_shared<Noop>());
     if (observed == "observed_trb_metrics") return named.observed_by(metrics);
     if (observed == "observed_trb_spdlog") return named.observed_by(log);
     if (observed == "observed_trb_both") return named.observed_by(metrics).observed_by(log);

@@ -2,7 +2,8 @@
 # Instructions per call (callgrind) of an empty shield, one pass-through strategy and each built-in
 # strategy, synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
 # execute_async calls on an io_context), of timeout -> retry -> breaker with observers
-# (observed_trb_*: the metrics observer, the spdlog observer, both), and per queued-handoff pair (pair_*: the idle cells of
+# (observed_trb_*: an observer doing nothing, the metrics observer, the spdlog observer, both),
+# and per queued-handoff pair (pair_*: the idle cells of
 # BM_QueuedHandoffPair), with the kevlar_count_instructions driver of a Release build that has
 # benchmarks enabled (cmake --preset release; ninja -C <dir> kevlar_count_instructions).
 #
@@ -30,7 +31,8 @@ modes=(
   "async_circuit_breaker 20000" "async_concurrency_limit 20000" "async_timeout_retry_breaker 20000"
   "pair_unpaired_callback 10000" "pair_unpaired_coroutine 5000"
   "pair_no_limiter_control_callback 10000" "pair_no_limiter_control_coroutine 5000"
-  "observed_trb_metrics 100000" "observed_trb_spdlog 100000" "observed_trb_both 100000"
+  "observed_trb_noop 100000" "observed_trb_metrics 100000" "observed_trb_spdlog 100000"
+  "observed_trb_both 100000"
   "async_observed_trb_metrics 20000" "async_observed_trb_both 20000"
 )
 

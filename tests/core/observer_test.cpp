@@ -2,6 +2,8 @@
 #include "core/async_ops.hpp"
 #include "core/test_strategies.hpp"
 
+#include <test_options.hpp>
+
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
@@ -82,19 +84,9 @@ class Thrower final : public Observer {
   }
 };
 
-RetryOptions constant_retries(int n, Clock::duration d) {
-  RetryOptions r;
-  r.max_retries = n;
-  r.backoff = Backoff::constant(d);
-  return r;
-}
+using test::constant_retries;
 
-CircuitBreakerOptions consecutive(int n) {
-  CircuitBreakerOptions o;
-  o.consecutive_failures = n;
-  o.break_duration = 10s;
-  return o;
-}
+CircuitBreakerOptions consecutive(int n) { return test::consecutive_breaker(n, 10s); }
 
 struct Observed : ::testing::Test {
   std::shared_ptr<ManualClock> clock = ManualClock::create();

@@ -6,6 +6,7 @@
 #include <kevlar/metrics.hpp>
 
 #include <alloc_counter.hpp>
+#include <test_options.hpp>
 #include <gtest/gtest.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
@@ -23,26 +24,10 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using namespace std::chrono_literals;
 
-RetryOptions constant_retries(int n, Clock::duration d) {
-  RetryOptions r;
-  r.max_retries = n;
-  r.backoff = Backoff::constant(d);
-  return r;
-}
+using test::constant_retries;
+using test::limits;
 
-CircuitBreakerOptions consecutive(int n) {
-  CircuitBreakerOptions o;
-  o.consecutive_failures = n;
-  o.break_duration = 10s;
-  return o;
-}
-
-ConcurrencyLimitOptions limits(int concurrency, int queue) {
-  ConcurrencyLimitOptions o;
-  o.max_concurrency = concurrency;
-  o.max_queue = queue;
-  return o;
-}
+CircuitBreakerOptions consecutive(int n) { return test::consecutive_breaker(n, 10s); }
 
 const auto failing = []() -> int { throw std::runtime_error("down"); };
 
@@ -207,7 +192,8 @@ TEST_F(Metrics, BreakerTransitionsAndItsStateGauge) {
     return value("kevlar.circuit_breaker.state",
                  {{"kevlar.shield.name", "b"}, {"kevlar.strategy.index", "1"}});
   };
-  const Series* gauge = metrics->snapshot().find("kevlar.circuit_breaker.state");
+  const MetricsSnapshot first = metrics->snapshot();
+  const Series* gauge = first.find("kevlar.circuit_breaker.state");
   ASSERT_NE(gauge, nullptr) << "a breaker has its gauge from the shield's first run";
   EXPECT_EQ(gauge->kind, InstrumentKind::gauge);
   EXPECT_EQ(state(), 0) << "closed";

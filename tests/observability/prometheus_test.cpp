@@ -4,6 +4,7 @@
 #include <kevlar/prometheus.hpp>
 
 #include <gtest/gtest.h>
+#include <test_options.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -58,19 +59,7 @@ std::pair<int, std::string> promtool_check(const std::string& text, const std::s
   return run(std::string(KEVLAR_PROMTOOL) + " check metrics < " + path + " 2>&1");
 }
 
-RetryOptions one_retry() {
-  RetryOptions r;
-  r.max_retries = 1;
-  r.backoff = Backoff::constant(0ms);
-  return r;
-}
-
-CircuitBreakerOptions five_in_a_row() {
-  CircuitBreakerOptions o;
-  o.consecutive_failures = 5;
-  o.break_duration = 10s;
-  return o;
-}
+RetryOptions one_retry() { return test::constant_retries(1, 0ms); }
 
 /// A known workload: one call of 50 ms that succeeds, one that fails twice.
 std::shared_ptr<MetricsObserver> known_workload(std::shared_ptr<CircuitBreaker>& breaker) {
@@ -78,7 +67,7 @@ std::shared_ptr<MetricsObserver> known_workload(std::shared_ptr<CircuitBreaker>&
   o.duration_buckets = {0.1, 1};
   auto metrics = std::make_shared<MetricsObserver>(o);
   auto clock = ManualClock::create();
-  breaker = CircuitBreaker::create(five_in_a_row());
+  breaker = CircuitBreaker::create(test::consecutive_breaker(5, 10s));
   const Shield shield =
       Shield{}.with_name("api").retry(one_retry()).use(breaker).observed_by(metrics).with_clock(clock);
   EXPECT_EQ(shield.execute([&] {

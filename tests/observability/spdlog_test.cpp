@@ -6,6 +6,7 @@
 #include <kevlar/spdlog.hpp>
 
 #include <gtest/gtest.h>
+#include <test_options.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <spdlog/logger.h>
@@ -43,19 +44,9 @@ struct Captured {
   }
 };
 
-RetryOptions one_retry(Clock::duration delay) {
-  RetryOptions r;
-  r.max_retries = 1;
-  r.backoff = Backoff::constant(delay);
-  return r;
-}
+RetryOptions one_retry(Clock::duration delay) { return test::constant_retries(1, delay); }
 
-CircuitBreakerOptions one_failure_opens() {
-  CircuitBreakerOptions o;
-  o.consecutive_failures = 1;
-  o.break_duration = 30s;
-  return o;
-}
+CircuitBreakerOptions one_failure_opens() { return test::consecutive_breaker(1, 30s); }
 
 SpdlogObserverOptions on(std::shared_ptr<const Clock> clock, bool summarize = true) {
   SpdlogObserverOptions o;

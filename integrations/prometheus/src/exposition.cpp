@@ -89,6 +89,18 @@ void append_labels(std::string& out, const Series& s, const std::string* le) {
   out.push_back('}');
 }
 
+/// One sample line: `<name><suffix>{labels[,le]} <value>`.
+template <class Value>
+void append_sample(std::string& out, const std::string& name, std::string_view suffix,
+                   const Series& s, const std::string* le, Value value) {
+  out += name;
+  out += suffix;
+  append_labels(out, s, le);
+  out.push_back(' ');
+  append_number(out, value);
+  out.push_back('\n');
+}
+
 const char* type_name(InstrumentKind kind) {
   switch (kind) {
     case InstrumentKind::counter:
@@ -129,11 +141,7 @@ void write_text(const MetricsSnapshot& snapshot, std::string& out) {
       out.push_back('\n');
     }
     if (s.kind != InstrumentKind::histogram) {
-      out += name;
-      append_labels(out, s, nullptr);
-      out.push_back(' ');
-      append_number(out, s.value);
-      out.push_back('\n');
+      append_sample(out, name, "", s, nullptr, s.value);
       continue;
     }
     std::string le;
@@ -144,25 +152,10 @@ void write_text(const MetricsSnapshot& snapshot, std::string& out) {
       } else {
         le = "+Inf";
       }
-      out += name;
-      out += "_bucket";
-      append_labels(out, s, &le);
-      out.push_back(' ');
-      append_number(out, s.buckets[b]);
-      out.push_back('\n');
+      append_sample(out, name, "_bucket", s, &le, s.buckets[b]);
     }
-    out += name;
-    out += "_sum";
-    append_labels(out, s, nullptr);
-    out.push_back(' ');
-    append_number(out, s.value);
-    out.push_back('\n');
-    out += name;
-    out += "_count";
-    append_labels(out, s, nullptr);
-    out.push_back(' ');
-    append_number(out, s.count);
-    out.push_back('\n');
+    append_sample(out, name, "_sum", s, nullptr, s.value);
+    append_sample(out, name, "_count", s, nullptr, s.count);
   }
 }
 
