@@ -74,7 +74,8 @@ if(MODE STREQUAL "find_package")
   run("install kevlar into ${prefix}"
       "${CMAKE_COMMAND}" --install "${KEVLAR_BINARY_DIR}" --prefix "${prefix}" ${config_args})
   foreach(expected IN ITEMS include/kevlar/kevlar.hpp include/kevlar/metrics.hpp
-                            include/kevlar/prometheus.hpp include/kevlar/spdlog.hpp)
+                            include/kevlar/prometheus.hpp include/kevlar/spdlog.hpp
+                            include/kevlar/http.hpp)
     if(NOT EXISTS "${prefix}/${expected}")
       message(FATAL_ERROR "run_consumer: the install lacks ${expected}")
     endif()

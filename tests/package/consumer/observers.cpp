@@ -1,5 +1,7 @@
-// A downstream program using kevlar's observers: the metrics observer (kevlar::kevlar), its
-// Prometheus exposition (kevlar::prometheus) and the spdlog observer (kevlar::spdlog).
+// A downstream program using kevlar's integrations: the metrics observer (kevlar::kevlar), its
+// Prometheus exposition (kevlar::prometheus), the spdlog observer (kevlar::spdlog) and the HTTP
+// helpers (kevlar::http).
+#include <kevlar/http.hpp>
 #include <kevlar/kevlar.hpp>
 #include <kevlar/metrics.hpp>
 #include <kevlar/prometheus.hpp>
@@ -8,6 +10,7 @@
 #include <spdlog/logger.h>
 #include <spdlog/sinks/null_sink.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -25,6 +28,12 @@ int main() {
       "kevlar_executions_total{kevlar_shield_name=\"consumer\",kevlar_execution_outcome=\"success\"} 1";
   if (text.find(want) == std::string::npos) {
     std::fprintf(stderr, "consumer: the exposition lacks %s:\n%s", want.c_str(), text.c_str());
+    return 1;
+  }
+  if (!kevlar::http::is_transient_status(503) ||
+      kevlar::http::parse_retry_after("2", std::chrono::system_clock::now()) !=
+          std::chrono::seconds(2)) {
+    std::fprintf(stderr, "consumer: kevlar::http misjudged 503 or Retry-After: 2\n");
     return 1;
   }
   std::printf("kevlar observers consumer: ok\n");

@@ -1,0 +1,228 @@
+// kevlar — HTTP: which responses and transport errors are transient failures, and Retry-After
+// (target kevlar::http, on Boost.Beast).
+#pragma once
+
+#include <kevlar/kevlar.hpp>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/compose.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+namespace kevlar::http {
+
+/// True for the statuses worth trying again: 408 Request Timeout, 429 Too Many Requests and every
+/// 5xx. A response with such a status is a handled failure without being an error.
+[[nodiscard]] constexpr bool is_transient_status(unsigned status) noexcept {
+  return status == 408 || status == 429 || (status >= 500 && status <= 599);
+}
+
+/// True for the transport errors worth trying again: a refused, reset, aborted or timed-out
+/// connection, an unreachable host or network, a broken pipe, the peer closing the stream early
+/// (asio's eof, Beast's end_of_stream and partial_message), Beast's stream timeout, and kevlar's
+/// own errc::timeout. The caller's cancellation (operation_aborted) is not one.
+[[nodiscard]] bool is_transient_error(const boost::system::error_code& ec) noexcept;
+
+/// A handling clause for calls whose result is a `boost::beast::http::response<Body, Fields>`:
+/// a response with a transient status (is_transient_status) and a transient transport error
+/// (is_transient_error, also carried by an exception) are failures for the reactive strategies
+/// that follow it. Use it with Shield::when.
+template <class Body, class Fields = boost::beast::http::fields>
+[[nodiscard]] Clause transient_failures() {
+  Clause c;
+  c.result<boost::beast::http::response<Body, Fields>>(
+      [](const boost::beast::http::response<Body, Fields>& r) {
+        return is_transient_status(r.result_int());
+      });
+  c.errors_if([](const boost::system::error_code& ec) { return is_transient_error(ec); });
+  return c;
+}
+
+/// Parses a Retry-After field value (RFC 9110 §10.2.3): delay-seconds (`120`) or an HTTP-date in
+/// any of the three forms a recipient must accept (§5.6.7: `Sun, 06 Nov 1994 08:49:37 GMT`, the
+/// obsolete `Sunday, 06-Nov-94 08:49:37 GMT` and asctime's `Sun Nov  6 08:49:37 1994`), with
+/// optional surrounding whitespace. Returns the wait from `now`: zero for a date in the past,
+/// std::nullopt for anything malformed (and for more than 10^9 seconds), so that the caller falls
+/// back to its own backoff.
+[[nodiscard]] std::optional<Clock::duration> parse_retry_after(
+    std::string_view value, std::chrono::system_clock::time_point now);
+
+/// The Retry-After of `response` (parse_retry_after of its field), if it has a valid one.
+template <class Body, class Fields>
+[[nodiscard]] std::optional<Clock::duration> retry_after(
+    const boost::beast::http::response<Body, Fields>& response,
+    std::chrono::system_clock::time_point now) {
+  const auto it = response.find(boost::beast::http::field::retry_after);
+  if (it == response.end()) return std::nullopt;
+  const auto v = it->value();
+  return parse_retry_after(std::string_view(v.data(), v.size()), now);
+}
+
+/// The parts of standard_shield, with Kevlar's defaults (its standard HTTP pipeline): a total
+/// timeout of 30 s, then 3 retries (exponential backoff from 250 ms with jitter, at most 30 s
+/// apart, a response's Retry-After honoured when longer), then a failure-ratio circuit breaker
+/// (0.5 of at least 10 calls in 30 s opens it for 15 s), then an optional concurrency limit, then
+/// a timeout of 10 s per attempt. The retry and the breaker judge outcomes with
+/// transient_failures.
+struct StandardShieldOptions {
+  /// Budget of the whole call, retries included; nullopt: no total timeout.
+  std::optional<Clock::duration> total_timeout = std::chrono::seconds(30);
+  /// The retry; its max_delay (30 s unless set) also caps a Retry-After. A delay_generator set
+  /// here replaces the Retry-After rule.
+  RetryOptions retry = [] {
+    RetryOptions r;
+    r.max_retries = 3;
+    r.max_delay = std::chrono::seconds(30);
+    return r;
+  }();
+  /// Wait as long as a retried response's Retry-After says, when that is longer than the backoff.
+  bool honour_retry_after = true;
+  /// The breaker; nullopt: none.
+  std::optional<CircuitBreakerOptions> breaker = [] {
+    CircuitBreakerOptions b;
+    b.failure_ratio = 0.5;
+    b.minimum_throughput = 10;
+    b.sampling_window = std::chrono::seconds(30);
+    b.break_duration = std::chrono::seconds(15);
+    return b;
+  }();
+  /// A concurrency limit between the breaker and the attempt timeout; nullopt (default): none.
+  std::optional<ConcurrencyLimitOptions> concurrency_limit;
+  /// Budget of each attempt; nullopt: none.
+  std::optional<Clock::duration> attempt_timeout = std::chrono::seconds(10);
+  /// The wall clock HTTP-dates are compared with; null: std::chrono::system_clock::now.
+  std::function<std::chrono::system_clock::time_point()> wall_clock;
+};
+
+/// The standard HTTP shield for calls completing with a `response<Body, Fields>` (see
+/// StandardShieldOptions). Invalid options throw std::invalid_argument naming the option, as the
+/// strategies' own do.
+template <class Body, class Fields = boost::beast::http::fields>
+[[nodiscard]] Shield standard_shield(StandardShieldOptions options = {}) {
+  using Response = boost::beast::http::response<Body, Fields>;
+  Shield s;
+  if (options.total_timeout) s = s.timeout(*options.total_timeout);
+  s = s.when(transient_failures<Body, Fields>());
+  RetryOptions retry = options.retry;
+  if (options.honour_retry_after && !retry.delay_generator) {
+    auto wall = options.wall_clock ? options.wall_clock
+                                   : [] { return std::chrono::system_clock::now(); };
+    retry.delay_generator = [wall](const RetryEvent& e) -> std::optional<Clock::duration> {
+      const Response* r = e.outcome.value_if<Response>();
+      if (r == nullptr) return std::nullopt;
+      const std::optional<Clock::duration> after = retry_after(*r, wall());
+      if (!after || *after <= e.delay) return std::nullopt;  // the backoff is longer: keep it
+      return *after;  // capped by max_delay by the retry
+    };
+  }
+  s = s.retry(retry);
+  if (options.breaker) s = s.circuit_breaker(*options.breaker);
+  if (options.concurrency_limit) s = s.concurrency_limit(*options.concurrency_limit);
+  if (options.attempt_timeout) s = s.timeout(*options.attempt_timeout);
+  return s;
+}
+
+namespace detail {
+
+/// One exchange on `stream`: connect if the socket is closed, write the request, read the
+/// response. Any failure closes the socket, so that the next attempt starts on a new connection.
+template <class ReqBody, class ReqFields, class ResBody, class ResFields>
+struct ExchangeOp {
+  using Response = boost::beast::http::response<ResBody, ResFields>;
+  struct State {
+    boost::beast::flat_buffer buffer;
+    Response response;
+  };
+  boost::beast::tcp_stream& stream;
+  boost::asio::ip::tcp::endpoint endpoint;
+  const boost::beast::http::request<ReqBody, ReqFields>& request;
+  std::unique_ptr<State> state = std::make_unique<State>();
+  enum class Phase : unsigned char { start, connected, written, read } phase = Phase::start;
+
+  template <class Self>
+  void operator()(Self& self, boost::system::error_code ec = {}, std::size_t = 0) {
+    namespace http = boost::beast::http;
+    switch (phase) {
+      case Phase::start:
+        // Every cancellation type the caller (or kevlar's timeout, which sends terminal) emits.
+        self.reset_cancellation_state(boost::asio::enable_total_cancellation());
+        if (!stream.socket().is_open()) {
+          phase = Phase::connected;
+          stream.async_connect(endpoint, std::move(self));
+          return;
+        }
+        [[fallthrough]];
+      case Phase::connected:
+        if (ec) return fail(self, ec);
+        phase = Phase::written;
+        http::async_write(stream, request, std::move(self));
+        return;
+      case Phase::written:
+        if (ec) return fail(self, ec);
+        phase = Phase::read;
+        http::async_read(stream, state->buffer, state->response, std::move(self));
+        return;
+      case Phase::read:
+        if (ec) return fail(self, ec);
+        if (!state->response.keep_alive()) close();
+        self.complete(ec, std::move(state->response));
+        return;
+    }
+  }
+
+  template <class Self>
+  void fail(Self& self, boost::system::error_code ec) {
+    close();
+    self.complete(ec, Response{});
+  }
+  void close() noexcept {
+    boost::system::error_code ignored;
+    stream.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
+    stream.socket().close(ignored);
+  }
+};
+
+}  // namespace detail
+
+/// Runs one HTTP request/response exchange on `stream` through `shield`, as many times as the
+/// shield's strategies ask: each attempt (re)connects to `endpoint` when the socket is closed,
+/// sends `request` again and reads a new response. Completes with
+/// `void(boost::system::error_code, boost::beast::http::response<ResBody, ResFields>)` through any
+/// completion token (default: deferred, so `co_await` works).
+///
+/// A failed attempt (transport error, cancellation, a timeout of the shield) closes the socket: a
+/// timed-out attempt's socket operation is aborted through its cancellation slot, not abandoned.
+/// A response that is not keep-alive closes it too. `stream`, `request` and `shield` must outlive
+/// the operation; one exchange at a time per stream.
+template <class ResBody, class ReqBody, class ReqFields,
+          class ResFields = boost::beast::http::fields,
+          class Token = boost::asio::deferred_t>
+auto async_exchange(const Shield& shield, boost::beast::tcp_stream& stream,
+                    const boost::asio::ip::tcp::endpoint& endpoint,
+                    const boost::beast::http::request<ReqBody, ReqFields>& request,
+                    Token&& token = {}) {
+  using Response = boost::beast::http::response<ResBody, ResFields>;
+  auto attempt = [&stream, endpoint, &request](auto&& t) {
+    return boost::asio::async_compose<decltype(t), void(boost::system::error_code, Response)>(
+        detail::ExchangeOp<ReqBody, ReqFields, ResBody, ResFields>{stream, endpoint, request}, t,
+        stream);
+  };
+  return shield.execute_async(std::move(attempt), std::forward<Token>(token));
+}
+
+}  // namespace kevlar::http

@@ -1,0 +1,321 @@
+// kevlar::http::async_exchange and standard_shield against a real Beast server on 127.0.0.1 (port
+// 0): retried statuses, Retry-After in both forms on the manual clock, a server that never
+// answers, a malformed Retry-After, the breaker opening.
+#include <kevlar/http.hpp>
+#include <kevlar/kevlar.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kevlar {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using Request = bhttp::request<bhttp::string_body>;
+using Response = bhttp::response<bhttp::string_body>;
+using namespace std::chrono_literals;
+
+/// What the server does with one request.
+struct Reply {
+  unsigned status = 200;
+  std::string retry_after;  ///< sent as Retry-After when not empty
+  bool hang = false;        ///< never answer; wait for the client to close
+};
+
+/// Answer with `status` (and a Retry-After when given).
+Reply answer(unsigned status, std::string retry_after = {}) {
+  Reply r;
+  r.status = status;
+  r.retry_after = std::move(retry_after);
+  return r;
+}
+
+/// Never answer.
+Reply hang() {
+  Reply r;
+  r.hang = true;
+  return r;
+}
+
+/// A Beast HTTP server on 127.0.0.1, port 0, on a thread of its own. Request n gets script[n] (the
+/// last entry repeats).
+class TestServer {
+ public:
+  explicit TestServer(std::vector<Reply> script) : script_(std::move(script)) {
+    acceptor_.open(tcp::v4());
+    acceptor_.bind(tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    acceptor_.listen();
+    endpoint_ = acceptor_.local_endpoint();
+    asio::co_spawn(ioc_, accept(), asio::detached);
+    thread_ = std::thread([this] { ioc_.run(); });
+  }
+  ~TestServer() {
+    ioc_.stop();
+    thread_.join();
+  }
+  TestServer(const TestServer&) = delete;
+  TestServer& operator=(const TestServer&) = delete;
+
+  [[nodiscard]] tcp::endpoint endpoint() const { return endpoint_; }
+  [[nodiscard]] int requests() const { return requests_.load(); }
+  [[nodiscard]] int connections() const { return connections_.load(); }
+  /// Hanging requests whose client closed the connection.
+  [[nodiscard]] int closed_while_hanging() const { return closed_while_hanging_.load(); }
+
+ private:
+  asio::awaitable<void> accept() {
+    for (;;) {
+      auto [ec, socket] = co_await acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
+      if (ec) co_return;
+      ++connections_;
+      asio::co_spawn(ioc_, serve(std::move(socket)), asio::detached);
+    }
+  }
+  asio::awaitable<void> serve(tcp::socket socket) {
+    beast::tcp_stream stream(std::move(socket));
+    beast::flat_buffer buffer;
+    for (;;) {
+      Request req;
+      auto [ec, n] = co_await bhttp::async_read(stream, buffer, req, asio::as_tuple(asio::use_awaitable));
+      (void)n;
+      if (ec) co_return;
+      const int index = requests_++;
+      const Reply reply = script_[std::min<std::size_t>(static_cast<std::size_t>(index), script_.size() - 1)];
+      if (reply.hang) {
+        char byte;
+        auto [rec, rn] = co_await stream.async_read_some(asio::buffer(&byte, 1),
+                                                         asio::as_tuple(asio::use_awaitable));
+        (void)rn;
+        if (rec) ++closed_while_hanging_;
+        co_return;
+      }
+      Response res{static_cast<bhttp::status>(reply.status), req.version()};
+      res.keep_alive(req.keep_alive());
+      if (!reply.retry_after.empty()) res.set(bhttp::field::retry_after, reply.retry_after);
+      res.body() = std::to_string(reply.status);
+      res.prepare_payload();
+      auto [wec, wn] = co_await bhttp::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
+      (void)wn;
+      if (wec) co_return;
+    }
+  }
+
+  std::vector<Reply> script_;
+  asio::io_context ioc_;
+  tcp::acceptor acceptor_{ioc_};
+  tcp::endpoint endpoint_;
+  std::atomic<int> requests_{0};
+  std::atomic<int> connections_{0};
+  std::atomic<int> closed_while_hanging_{0};
+  std::thread thread_;
+};
+
+/// Counts attempts as the shield announces them (on the client's thread).
+class Attempts final : public Observer {
+ public:
+  void on_event(const Event&) override { ++count; }
+  [[nodiscard]] EventKinds interests() const noexcept override {
+    return event_kinds<AttemptStarted>();
+  }
+  std::atomic<int> count{0};
+};
+
+struct Exchange : ::testing::Test {
+  std::shared_ptr<ManualClock> clock = ManualClock::create();
+  std::shared_ptr<Attempts> attempts = std::make_shared<Attempts>();
+  asio::io_context ioc;
+  beast::tcp_stream stream{ioc};
+  Request request{bhttp::verb::get, "/item", 11};
+  std::optional<boost::system::error_code> ec;
+  Response response;
+  std::vector<Clock::duration> retry_delays;
+
+  Exchange() { request.set(bhttp::field::host, "127.0.0.1"); }
+
+  /// Options for tests: no jitter, a constant backoff, no total timeout, the retry's delays
+  /// recorded.
+  http::StandardShieldOptions options(Clock::duration backoff = 100ms) {
+    http::StandardShieldOptions o;
+    o.total_timeout.reset();
+    o.retry.backoff = Backoff::constant(backoff);
+    o.retry.on_retry = [this](const RetryEvent& e) { retry_delays.push_back(e.delay); };
+    return o;
+  }
+  Shield shield_of(const http::StandardShieldOptions& o) {
+    return http::standard_shield<bhttp::string_body>(o).with_clock(clock).observed_by(attempts);
+  }
+  void start(const Shield& shield, const TestServer& server) {
+    http::async_exchange<bhttp::string_body>(
+        shield, stream, server.endpoint(), request,
+        asio::bind_executor(ioc, [this](boost::system::error_code e, Response r) {
+          ec = e;
+          response = std::move(r);
+        }));
+  }
+  /// Runs the client's io_context until `done()` (the server answers in real time); fails after
+  /// 10 s of waiting for sockets, never on the shield's timers, which run on the manual clock.
+  template <class Pred>
+  bool run_until(Pred done) {
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > give_up) return false;
+      ioc.restart();
+      ioc.run_one_for(20ms);
+    }
+    return true;
+  }
+  /// Runs what is ready now (no socket wait).
+  void settle() {
+    for (int i = 0; i < 20; ++i) {
+      ioc.restart();
+      ioc.poll();
+    }
+  }
+};
+
+TEST_F(Exchange, A503ThenA200IsRetried) {
+  TestServer server({answer(503), answer(200)});
+  start(shield_of(options()), server);
+  ASSERT_TRUE(run_until([&] { return attempts->count == 1 && retry_delays.size() == 1; }));
+  clock->advance(100ms);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec);
+  EXPECT_EQ(response.result_int(), 200U);
+  EXPECT_EQ(server.requests(), 2);
+  EXPECT_EQ(server.connections(), 1) << "the kept-alive connection served both";
+}
+
+TEST_F(Exchange, A429WithRetryAfterWaitsThatLongOnTheClock) {
+  TestServer server({answer(429, "2"), answer(200)});
+  start(shield_of(options(100ms)), server);
+  ASSERT_TRUE(run_until([&] { return retry_delays.size() == 1; }));
+  EXPECT_EQ(retry_delays[0], 2s) << "Retry-After (2 s) is longer than the backoff (100 ms)";
+  clock->advance(1999ms);
+  settle();
+  EXPECT_EQ(attempts->count, 1) << "1.999 s is not yet 2 s";
+  clock->advance(1ms);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(attempts->count, 2);
+  EXPECT_EQ(response.result_int(), 200U);
+}
+
+TEST_F(Exchange, RetryAfterAsAnHttpDate) {
+  TestServer server({answer(503, "Sun, 06 Nov 1994 08:49:40 GMT"), answer(200)});
+  http::StandardShieldOptions o = options(100ms);
+  o.wall_clock = [] {  // three seconds before the server's date
+    using namespace std::chrono;
+    return system_clock::time_point(sys_days(year(1994) / November / 6) + 8h + 49min + 37s);
+  };
+  start(shield_of(o), server);
+  ASSERT_TRUE(run_until([&] { return retry_delays.size() == 1; }));
+  EXPECT_EQ(retry_delays[0], 3s);
+  clock->advance(3s);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(response.result_int(), 200U);
+}
+
+TEST_F(Exchange, AShorterOrMalformedRetryAfterKeepsTheBackoff) {
+  TestServer server({answer(503, "soon"), answer(503, "0"), answer(200)});
+  start(shield_of(options(100ms)), server);
+  ASSERT_TRUE(run_until([&] { return retry_delays.size() == 1; }));
+  clock->advance(100ms);
+  ASSERT_TRUE(run_until([&] { return retry_delays.size() == 2; }));
+  clock->advance(100ms);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(retry_delays, (std::vector<Clock::duration>{100ms, 100ms}));
+  EXPECT_EQ(response.result_int(), 200U);
+}
+
+TEST_F(Exchange, ARetryAfterIsCappedByTheMaximumDelay) {
+  TestServer server({answer(503, "3600"), answer(200)});
+  http::StandardShieldOptions o = options(100ms);
+  o.retry.max_delay = 5s;
+  start(shield_of(o), server);
+  ASSERT_TRUE(run_until([&] { return retry_delays.size() == 1; }));
+  EXPECT_EQ(retry_delays[0], 5s);
+  clock->advance(5s);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(response.result_int(), 200U);
+}
+
+TEST_F(Exchange, AServerThatNeverAnswersIsTimedOutAndTheConnectionClosed) {
+  TestServer server({hang()});
+  http::StandardShieldOptions o = options();
+  o.retry.max_retries = 0;
+  o.attempt_timeout = 1s;
+  start(shield_of(o), server);
+  ASSERT_TRUE(run_until([&] { return server.requests() == 1; }));
+  settle();
+  EXPECT_FALSE(ec.has_value());
+  clock->advance(1s);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(*ec, errc::timeout);
+  EXPECT_FALSE(stream.socket().is_open()) << "the timed-out attempt's socket is closed";
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (server.closed_while_hanging() == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();  // the server's read ends on its own thread
+  }
+  EXPECT_EQ(server.closed_while_hanging(), 1) << "the server saw the connection close";
+}
+
+TEST_F(Exchange, TheBreakerOpensAfterTheConfiguredFailures) {
+  TestServer server({answer(503)});
+  http::StandardShieldOptions o = options();
+  o.retry.max_retries = 0;
+  CircuitBreakerOptions b;
+  b.consecutive_failures = 2;
+  b.break_duration = 30s;
+  o.breaker = b;
+  const Shield shield = shield_of(o);
+  for (int i = 0; i < 2; ++i) {
+    ec.reset();
+    start(shield, server);
+    ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+    EXPECT_FALSE(*ec);
+    EXPECT_EQ(response.result_int(), 503U) << "the last response is handed back as it is";
+  }
+  ec.reset();
+  start(shield, server);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(*ec, errc::circuit_open);
+  EXPECT_EQ(server.requests(), 2) << "the open circuit kept the third request from the server";
+}
+
+TEST(StandardShield, HasKevlarsDefaultShape) {
+  const Shield s = http::standard_shield<bhttp::string_body>();
+  ASSERT_EQ(s.size(), 4U);  // no concurrency limit by default
+  EXPECT_NE(s.describe().find("Timeout(30s)"), std::string::npos) << s.describe();
+  EXPECT_NE(s.describe().find("Timeout(10s)"), std::string::npos) << s.describe();
+  http::StandardShieldOptions o;
+  o.concurrency_limit = ConcurrencyLimitOptions{};
+  EXPECT_EQ(http::standard_shield<bhttp::string_body>(o).size(), 5U);
+  o.attempt_timeout = 0s;
+  EXPECT_THROW((void)http::standard_shield<bhttp::string_body>(o), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kevlar
