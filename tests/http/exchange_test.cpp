@@ -15,6 +15,9 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -42,8 +45,10 @@ using namespace std::chrono_literals;
 /// What the server does with one request.
 struct Reply {
   unsigned status = 200;
-  std::string retry_after;  ///< sent as Retry-After when not empty
-  bool hang = false;        ///< never answer; wait for the client to close
+  std::string retry_after;   ///< sent as Retry-After when not empty
+  bool hang = false;         ///< never answer; wait for the client to close
+  bool early_hints = false;  ///< send a 103 interim response first
+  bool close = false;        ///< answer with Connection: close
 };
 
 /// Answer with `status` (and a Retry-After when given).
@@ -51,6 +56,20 @@ Reply answer(unsigned status, std::string retry_after = {}) {
   Reply r;
   r.status = status;
   r.retry_after = std::move(retry_after);
+  return r;
+}
+
+/// Answer 200 after a 103 Early Hints.
+Reply hinted() {
+  Reply r;
+  r.early_hints = true;
+  return r;
+}
+
+/// Answer 200 with Connection: close.
+Reply closing() {
+  Reply r;
+  r.close = true;
   return r;
 }
 
@@ -113,14 +132,30 @@ class TestServer {
         if (rec) ++closed_while_hanging_;
         co_return;
       }
+      if (reply.early_hints) {
+        bhttp::response<bhttp::empty_body> hints{static_cast<bhttp::status>(103), 11};  // Early Hints
+        auto [hec, hn] = co_await bhttp::async_write(stream, hints, asio::as_tuple(asio::use_awaitable));
+        (void)hn;
+        if (hec) co_return;
+      }
+      const bool keep_alive = req.keep_alive() && !reply.close;
+      if (req.method() == bhttp::verb::head) {  // the GET's headers, no body
+        bhttp::response<bhttp::empty_body> res{static_cast<bhttp::status>(reply.status), 11};
+        res.keep_alive(keep_alive);
+        res.content_length(3);
+        auto [wec, wn] = co_await bhttp::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
+        (void)wn;
+        if (wec || !keep_alive) co_return;
+        continue;
+      }
       Response res{static_cast<bhttp::status>(reply.status), req.version()};
-      res.keep_alive(req.keep_alive());
+      res.keep_alive(keep_alive);
       if (!reply.retry_after.empty()) res.set(bhttp::field::retry_after, reply.retry_after);
       res.body() = std::to_string(reply.status);
       res.prepare_payload();
       auto [wec, wn] = co_await bhttp::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
       (void)wn;
-      if (wec) co_return;
+      if (wec || !keep_alive) co_return;
     }
   }
 
@@ -171,11 +206,13 @@ struct Exchange : ::testing::Test {
   void start(const Shield& shield, const TestServer& server) {
     http::async_exchange<bhttp::string_body>(
         shield, stream, server.endpoint(), request,
-        asio::bind_executor(ioc, [this](boost::system::error_code e, Response r) {
-          ec = e;
-          response = std::move(r);
-        }));
+        asio::bind_cancellation_slot(
+            cancel.slot(), asio::bind_executor(ioc, [this](boost::system::error_code e, Response r) {
+              ec = e;
+              response = std::move(r);
+            })));
   }
+  asio::cancellation_signal cancel;
   /// Runs the client's io_context until `done()` (the server answers in real time); fails after
   /// 10 s of waiting for sockets, never on the shield's timers, which run on the manual clock.
   template <class Pred>
@@ -277,7 +314,7 @@ TEST_F(Exchange, AServerThatNeverAnswersIsTimedOutAndTheConnectionClosed) {
   EXPECT_FALSE(stream.socket().is_open()) << "the timed-out attempt's socket is closed";
   const auto give_up = std::chrono::steady_clock::now() + 10s;
   while (server.closed_while_hanging() == 0 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::yield();  // the server's read ends on its own thread
+    std::this_thread::sleep_for(1ms);  // the server's read ends on its own thread
   }
   EXPECT_EQ(server.closed_while_hanging(), 1) << "the server saw the connection close";
 }
@@ -305,16 +342,80 @@ TEST_F(Exchange, TheBreakerOpensAfterTheConfiguredFailures) {
   EXPECT_EQ(server.requests(), 2) << "the open circuit kept the third request from the server";
 }
 
+TEST_F(Exchange, InterimResponsesAreSkipped) {
+  TestServer server({hinted()});
+  start(shield_of(options()), server);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec);
+  EXPECT_EQ(response.result_int(), 200U) << "the 103 is not the answer";
+  EXPECT_EQ(response.body(), "200");
+}
+
+TEST_F(Exchange, AHeadRequestReadsNoBody) {
+  TestServer server({answer(200)});
+  request.method(bhttp::verb::head);
+  start(shield_of(options()), server);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec) << ec->message();
+  EXPECT_EQ(response.result_int(), 200U);
+  EXPECT_TRUE(stream.socket().is_open()) << "the kept-alive connection stays usable";
+}
+
+TEST_F(Exchange, ConnectionCloseClosesTheSocketAndTheNextExchangeReconnects) {
+  TestServer server({closing(), answer(200)});
+  const Shield shield = shield_of(options());
+  start(shield, server);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec);
+  EXPECT_FALSE(stream.socket().is_open());
+  ec.reset();
+  start(shield, server);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec);
+  EXPECT_EQ(server.connections(), 2);
+}
+
+TEST_F(Exchange, TheCallersCancellationAbortsThePendingRead) {
+  TestServer server({hang()});
+  http::StandardShieldOptions o = options();
+  o.retry.max_retries = 0;
+  start(shield_of(o), server);
+  ASSERT_TRUE(run_until([&] { return server.requests() == 1; }));
+  settle();
+  cancel.emit(asio::cancellation_type::terminal);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(*ec, asio::error::operation_aborted);
+  EXPECT_FALSE(stream.socket().is_open());
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (server.closed_while_hanging() == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(1ms);  // the server's read ends on its own thread
+  }
+  EXPECT_EQ(server.closed_while_hanging(), 1);
+}
+
 TEST(StandardShield, HasKevlarsDefaultShape) {
   const Shield s = http::standard_shield<bhttp::string_body>();
   ASSERT_EQ(s.size(), 4U);  // no concurrency limit by default
-  EXPECT_NE(s.describe().find("Timeout(30s)"), std::string::npos) << s.describe();
-  EXPECT_NE(s.describe().find("Timeout(10s)"), std::string::npos) << s.describe();
+  RetryOptions retry;
+  retry.max_retries = 3;
+  retry.max_delay = 30s;
+  CircuitBreakerOptions breaker;
+  breaker.failure_ratio = 0.5;
+  breaker.minimum_throughput = 10;
+  breaker.sampling_window = 30s;
+  breaker.break_duration = 15s;
+  EXPECT_EQ(s.describe(),
+            Shield{}.timeout(30s).retry(retry).circuit_breaker(breaker).timeout(10s).describe())
+      << "outermost first: total timeout, retry, breaker, attempt timeout";
   http::StandardShieldOptions o;
   o.concurrency_limit = ConcurrencyLimitOptions{};
   EXPECT_EQ(http::standard_shield<bhttp::string_body>(o).size(), 5U);
   o.attempt_timeout = 0s;
   EXPECT_THROW((void)http::standard_shield<bhttp::string_body>(o), std::invalid_argument);
+  // Replacing the whole retry keeps the 30 s cap on a Retry-After.
+  http::StandardShieldOptions replaced;
+  replaced.retry = RetryOptions{};
+  EXPECT_EQ(http::standard_shield<bhttp::string_body>(replaced).describe(), s.describe());
 }
 
 }  // namespace

@@ -136,6 +136,15 @@ TEST(Http, RetryAfterAsAnHttpDateInTheThreeForms) {
   EXPECT_EQ(http::parse_retry_after("Friday, 01-Jan-99 00:00:10 GMT", in_2030),
             Clock::duration::zero())
       << "99 is 1999 in 2030, in the past";
+  // In 2070, "10" is 2110 (40 years ahead), not 2010: far too far, so refused like 10^9 s.
+  const auto in_2070 = sys_days(year(2070) / January / 1) + 0s;
+  EXPECT_EQ(http::parse_retry_after("Thursday, 01-Jan-70 00:00:05 GMT", in_2070),
+            Clock::duration(5s));
+  EXPECT_EQ(http::parse_retry_after("Wednesday, 01-Jan-10 00:00:05 GMT", in_2070), std::nullopt)
+      << "2110 is more than 10^9 s after 2070";
+  EXPECT_EQ(http::parse_retry_after("Friday, 01-Jan-21 00:00:05 GMT", in_2070),
+            Clock::duration::zero())
+      << "21 is 2021 in 2070 (2121 would be more than 50 years ahead)";
 }
 
 TEST(Http, MalformedDatesAreIgnored) {

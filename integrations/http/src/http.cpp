@@ -113,8 +113,14 @@ bool rfc850_date(Reader& r, Civil& c, int now_year) {
         r.literal(" GMT") && r.done())) {
     return false;
   }
+  // The year of `now`'s century with those two digits, moved by a century into the window
+  // (now_year - 50, now_year + 50].
   c.year = now_year / 100 * 100 + yy;
-  if (c.year > now_year + 50) c.year -= 100;
+  if (c.year > now_year + 50) {
+    c.year -= 100;
+  } else if (c.year + 100 <= now_year + 50) {
+    c.year += 100;
+  }
   return true;
 }
 

@@ -8,11 +8,13 @@
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/system/error_code.hpp>
@@ -82,8 +84,9 @@ template <class Body, class Fields>
 struct StandardShieldOptions {
   /// Budget of the whole call, retries included; nullopt: no total timeout.
   std::optional<Clock::duration> total_timeout = std::chrono::seconds(30);
-  /// The retry; its max_delay (30 s unless set) also caps a Retry-After. A delay_generator set
-  /// here replaces the Retry-After rule.
+  /// The retry; its max_delay (30 s unless set, also when this whole struct is replaced) caps a
+  /// Retry-After too. A delay_generator set here replaces the Retry-After rule. A Retry-After
+  /// longer than what is left of total_timeout ends the call with errc::timeout, not the response.
   RetryOptions retry = [] {
     RetryOptions r;
     r.max_retries = 3;
@@ -119,6 +122,8 @@ template <class Body, class Fields = boost::beast::http::fields>
   if (options.total_timeout) s = s.timeout(*options.total_timeout);
   s = s.when(transient_failures<Body, Fields>());
   RetryOptions retry = options.retry;
+  // The cap of a Retry-After, also when the caller replaced the whole RetryOptions.
+  if (!retry.max_delay) retry.max_delay = std::chrono::seconds(30);
   if (options.honour_retry_after && !retry.delay_generator) {
     auto wall = options.wall_clock ? options.wall_clock
                                    : [] { return std::chrono::system_clock::now(); };
@@ -140,13 +145,14 @@ template <class Body, class Fields = boost::beast::http::fields>
 namespace detail {
 
 /// One exchange on `stream`: connect if the socket is closed, write the request, read the
-/// response. Any failure closes the socket, so that the next attempt starts on a new connection.
-template <class ReqBody, class ReqFields, class ResBody, class ResFields>
+/// response (skipping 1xx interim responses; no body after a HEAD). Any failure closes the
+/// socket, so that the next attempt starts on a new connection.
+template <class ReqBody, class ReqFields, class ResBody>
 struct ExchangeOp {
-  using Response = boost::beast::http::response<ResBody, ResFields>;
+  using Response = boost::beast::http::response<ResBody>;
   struct State {
     boost::beast::flat_buffer buffer;
-    Response response;
+    std::optional<boost::beast::http::response_parser<ResBody>> parser;
   };
   boost::beast::tcp_stream& stream;
   boost::asio::ip::tcp::endpoint endpoint;
@@ -157,15 +163,22 @@ struct ExchangeOp {
   template <class Self>
   void operator()(Self& self, boost::system::error_code ec = {}, std::size_t = 0) {
     namespace http = boost::beast::http;
+    // A cancellation that arrived while a completion was already queued is honoured before the
+    // next step starts (Beast's operations only see one that arrives while they are pending).
+    if (!ec && phase != Phase::start &&
+        self.cancelled() != boost::asio::cancellation_type::none) {
+      ec = boost::asio::error::operation_aborted;
+    }
     switch (phase) {
       case Phase::start:
-        // Every cancellation type the caller (or kevlar's timeout, which sends terminal) emits.
+        // Partial and total cancellation too, checked between the steps.
         self.reset_cancellation_state(boost::asio::enable_total_cancellation());
         if (!stream.socket().is_open()) {
           phase = Phase::connected;
           stream.async_connect(endpoint, std::move(self));
           return;
         }
+        phase = Phase::connected;
         [[fallthrough]];
       case Phase::connected:
         if (ec) return fail(self, ec);
@@ -174,17 +187,27 @@ struct ExchangeOp {
         return;
       case Phase::written:
         if (ec) return fail(self, ec);
-        phase = Phase::read;
-        http::async_read(stream, state->buffer, state->response, std::move(self));
-        return;
-      case Phase::read:
+        return read(self);
+      case Phase::read: {
         if (ec) return fail(self, ec);
-        if (!state->response.keep_alive()) close();
-        self.complete(ec, std::move(state->response));
+        const unsigned status = state->parser->get().result_int();
+        if (status / 100 == 1 && status != 101) return read(self);  // interim: the real one follows
+        Response response = state->parser->release();
+        // Bytes past the response cannot belong to the next exchange: start afresh then.
+        if (!response.keep_alive() || state->buffer.size() != 0) close();
+        self.complete(ec, std::move(response));
         return;
+      }
     }
   }
 
+  template <class Self>
+  void read(Self& self) {
+    phase = Phase::read;
+    state->parser.emplace();
+    state->parser->skip(request.method() == boost::beast::http::verb::head);
+    boost::beast::http::async_read(stream, state->buffer, *state->parser, std::move(self));
+  }
   template <class Self>
   void fail(Self& self, boost::system::error_code ec) {
     close();
@@ -201,26 +224,31 @@ struct ExchangeOp {
 
 /// Runs one HTTP request/response exchange on `stream` through `shield`, as many times as the
 /// shield's strategies ask: each attempt (re)connects to `endpoint` when the socket is closed,
-/// sends `request` again and reads a new response. Completes with
-/// `void(boost::system::error_code, boost::beast::http::response<ResBody, ResFields>)` through any
-/// completion token (default: deferred, so `co_await` works).
+/// sends `request` again and reads a new response (interim 1xx responses are skipped; after a
+/// HEAD no body is read). Completes with
+/// `void(boost::system::error_code, boost::beast::http::response<ResBody>)` through any completion
+/// token (default: deferred, so `co_await` works). Use a shield whose clause names the same
+/// response type (standard_shield<ResBody>): a clause for another body type never matches.
 ///
 /// A failed attempt (transport error, cancellation, a timeout of the shield) closes the socket: a
-/// timed-out attempt's socket operation is aborted through its cancellation slot, not abandoned.
-/// A response that is not keep-alive closes it too. `stream`, `request` and `shield` must outlive
-/// the operation; one exchange at a time per stream.
-template <class ResBody, class ReqBody, class ReqFields,
-          class ResFields = boost::beast::http::fields,
-          class Token = boost::asio::deferred_t>
+/// timed-out attempt's pending socket operation is aborted through its cancellation slot, not
+/// abandoned. Terminal cancellation (what kevlar's timeouts emit) aborts a pending operation;
+/// partial and total cancellation are honoured between the steps. A response that is not
+/// keep-alive, or that is followed by unexpected bytes, closes the socket too.
+///
+/// Executors: the steps run on the completion handler's associated executor, which must be the
+/// stream's (or a strand of it). `stream`, `request` and `shield` must outlive the operation; one
+/// exchange at a time per stream. A request is sent again on every attempt: retry only requests
+/// that are safe to repeat.
+template <class ResBody, class ReqBody, class ReqFields, class Token = boost::asio::deferred_t>
 auto async_exchange(const Shield& shield, boost::beast::tcp_stream& stream,
                     const boost::asio::ip::tcp::endpoint& endpoint,
                     const boost::beast::http::request<ReqBody, ReqFields>& request,
                     Token&& token = {}) {
-  using Response = boost::beast::http::response<ResBody, ResFields>;
+  using Response = boost::beast::http::response<ResBody>;
   auto attempt = [&stream, endpoint, &request](auto&& t) {
     return boost::asio::async_compose<decltype(t), void(boost::system::error_code, Response)>(
-        detail::ExchangeOp<ReqBody, ReqFields, ResBody, ResFields>{stream, endpoint, request}, t,
-        stream);
+        detail::ExchangeOp<ReqBody, ReqFields, ResBody>{stream, endpoint, request}, t, stream);
   };
   return shield.execute_async(std::move(attempt), std::forward<Token>(token));
 }
