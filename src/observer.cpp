@@ -132,9 +132,8 @@ class AttemptObserver final : public Strategy {
  public:
   [[nodiscard]] std::string describe() const override { return "(observer)"; }
   Step on_start(Layer& layer) override {
-    (*layer.call()->pipeline().observers)->ensure_announced();
     // The engine declines an attempt past an enclosing deadline (see CallBase::past_deadline):
-    // that one never starts and is not announced.
+    // that one never starts and is not announced. (Emitting announces the shield first.)
     if (!layer.synchronous() && layer.call()->past_deadline()) return Step::run_inner;
     layer.emit(AttemptStarted{layer.context().attempt() + 1});
     return Step::run_inner;

@@ -242,17 +242,16 @@ void SpdlogObserver::flush_summaries(bool all) {
   std::vector<Pending> pending;
   {
     const std::lock_guard lock(mutex_);
-    const Clock::time_point now = clock_->now();
-    next_due_ = Clock::time_point::max();
-    for (Window& w : windows_) {
-      if (w.suppressed == 0) continue;
-      if (all || now - w.start >= options_.summary_window) {
+    if (!all) {
+      collect_due(clock_->now(), pending);
+    } else {
+      for (Window& w : windows_) {
+        if (w.suppressed == 0) continue;
         pending.push_back({w.level, w.head, w.suppressed});
         w.suppressed = 0;
-        if (all) w.start = Clock::time_point::min();
-      } else {
-        next_due_ = std::min(next_due_, w.start + options_.summary_window);
+        w.start = Clock::time_point::min();  // closed: the next such event is written
       }
+      next_due_ = Clock::time_point::max();
     }
   }
   write_summaries(pending);
