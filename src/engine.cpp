@@ -105,7 +105,6 @@ inline void CallBase::run_attempt_sync() {
   invoke_operation();
 }
 
-
 void CallBase::run_layer_sync(std::size_t index) {
   // depth_ is left alone: only the asynchronous paths (a pending step, abandonment) read it.
   Step step = dispatch_start(index);
