@@ -141,6 +141,9 @@ class MetricsObserver final : public Observer {
   MetricsObserver(const MetricsObserver&) = delete;
   MetricsObserver& operator=(const MetricsObserver&) = delete;
 
+  /// Counts `event` on the calling thread's shard (a relaxed add; the duration also a bucket
+  /// search). No lock, no allocation except creating the series of a shield seen for the first time
+  /// without an announcement. Thread-safe.
   void on_event(const Event& event) noexcept override;
   /// Registers the shield's series and gauges; its events then find their series directly.
   void on_shield(ShieldInfo& shield) override;

@@ -65,6 +65,8 @@ class SpdlogObserver final : public Observer {
   SpdlogObserver(const SpdlogObserver&) = delete;
   SpdlogObserver& operator=(const SpdlogObserver&) = delete;
 
+  /// Writes `event` as one line at its level, or counts it toward its window's summary (see the
+  /// class comment). Thread-safe; a sink's exception propagates (the shield swallows and counts it).
   void on_event(const Event& event) override;
   /// Gives the shield an identity of its own for the summaries.
   void on_shield(ShieldInfo& shield) override;
@@ -75,6 +77,7 @@ class SpdlogObserver final : public Observer {
   /// Lines summarised (not written) so far.
   [[nodiscard]] std::uint64_t suppressed() const noexcept;
 
+  /// The logger lines are written to.
   [[nodiscard]] const std::shared_ptr<spdlog::logger>& logger() const noexcept { return logger_; }
 
  private:
