@@ -1,4 +1,4 @@
-// The engine: one trampoline drives every execution, synchronous or asynchronous.
+// The engine: one step loop drives every execution, synchronous or asynchronous.
 #include <kevlar/detail/call_base.hpp>
 #include <kevlar/detail/trampoline.hpp>
 #include <kevlar/strategy.hpp>
@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace kevlar {
 
@@ -51,6 +52,15 @@ inline Step CallBase::dispatch_inner_complete(std::size_t index) {
   Layer layer(*this, index);
   try {
     return layers_[index].strategy->on_inner_complete(layer);
+  } catch (...) {
+    return fail_layer(index, std::current_exception());
+  }
+}
+
+Step CallBase::dispatch_attempt_complete(std::size_t index, std::uint32_t id) {
+  Layer layer(*this, index);
+  try {
+    return layers_[index].strategy->on_attempt_complete(layer, id);
   } catch (...) {
     return fail_layer(index, std::current_exception());
   }
@@ -147,13 +157,17 @@ void CallBase::run_steps(Step step) {
   for (;;) {
     switch (step) {
       case Step::run_inner: {
+        if (depth_ == attempt_layer_) [[unlikely]] {
+          step = refuse_step_with_attempts(step);
+          continue;
+        }
         const std::size_t next = depth_ + 1;  // no_layer + 1 wraps to 0
         if (next < n) {
           depth_ = next;
           step = dispatch_start(next);
           continue;
         }
-        if (n != 0 && past_deadline()) {
+        if (n != first_ && past_deadline()) {
           // An enclosing deadline passed while this execution waited: the attempt never starts,
           // and fails as the deadline owner's expiry would have cancelled it (the layers inside
           // the owner see a cancellation from outside, the owner its own).
@@ -171,7 +185,7 @@ void CallBase::run_steps(Step step) {
         ++context_->attempt_;
         if (start_operation()) return;  // the operation's handler now owns the execution
         // The initiation threw and destroyed its handler: the attempt failed with the exception.
-        if (n == 0) {
+        if (n == first_) {
           deliver();
           return;
         }
@@ -180,8 +194,9 @@ void CallBase::run_steps(Step step) {
         continue;
       }
       case Step::complete:
+        if (depth_ == attempt_layer_) [[unlikely]] release_attempts(true);
         finish_layer(depth_);
-        if (depth_ == 0) {
+        if (depth_ == first_) {
           deliver();  // the execution is destroyed here
           return;
         }
@@ -189,14 +204,33 @@ void CallBase::run_steps(Step step) {
         step = dispatch_inner_complete(depth_);
         continue;
       case Step::wait:
+        if (depth_ == attempt_layer_) [[unlikely]] {
+          step = refuse_step_with_attempts(step);
+          continue;
+        }
         if (start_wait()) return;  // the timer's handler now owns the execution
         // Arming the timer threw: the layer failed with the exception.
         step = Step::complete;
         continue;
       case Step::suspend:
-        return;  // the strategy's wait handler now owns the execution
+        if (depth_ == attempt_layer_ && async_->attempts.done_head != nullptr) [[unlikely]] {
+          step = report_attempt();
+          continue;
+        }
+        // The strategy's wait handler now owns the execution, or the parked layer's attempts do.
+        return;
     }
   }
+}
+
+Step CallBase::refuse_step_with_attempts(Step step) noexcept {
+  outcome_.set_exception(std::make_exception_ptr(std::logic_error(
+      step == Step::run_inner
+          ? "kevlar: a strategy returned Step::run_inner while attempts it started are running "
+            "(start another with Layer::start_attempt)"
+          : "kevlar: a strategy returned Step::wait while attempts it started are running (arm "
+            "its wait through the deadline service and return Step::suspend)")));
+  return Step::complete;
 }
 
 bool CallBase::start_operation() {
@@ -278,7 +312,7 @@ void CallBase::wait_completed(const boost::system::error_code& ec) {
 void CallBase::resume_after_operation() {
   step_completed();
   resumed_ = true;
-  if (pipeline_->size == 0) {
+  if (pipeline_->size == first_) {
     RunningScope scope(this);
     deliver();
     return;
@@ -305,14 +339,26 @@ void CallBase::resume_after_wait(const boost::system::error_code& ec) {
 
 void CallBase::abandon_execution() noexcept {
   const DeferredChecks::Scope checks;
-  if (depth_ != no_layer && pipeline_->size > 0) {
-    for (std::size_t i = std::min(depth_, pipeline_->size - 1) + 1; i-- > 0;) finish_layer(i);
+  // The attempts a parked layer runs belong to the same executor, which is shutting down: they
+  // are detached (not cancelled) and end on their own.
+  if (attempt_layer_ != no_attempt_layer) release_attempts(false);
+  if (depth_ != no_layer && pipeline_->size > first_) {
+    for (std::size_t i = std::min(depth_, pipeline_->size - 1) + 1; i-- > first_;) finish_layer(i);
+  }
+  if (node_ != nullptr && node_->parent != nullptr) {
+    // An attempt that never completes leaves the execution that started it unable to complete.
+    CallBase* parent = std::exchange(node_->parent, nullptr);
+    parent->attempt_abandoned(*node_);
   }
   destroy();
 }
 
 void CallBase::emit_step(boost::asio::cancellation_type type) noexcept {
   if (async_ == nullptr) return;  // a synchronous execution sees it through Context::cancelled()
+  if (attempt_layer_ != no_attempt_layer) [[unlikely]] {
+    forward_cancellation(type);  // the parked layer's attempts are the pending steps
+    return;
+  }
   // Only the pending step's slot holds a handler (step_completed() clears both), and the emit is
   // the last thing that touches this execution: an operation may complete inside its
   // cancellation handler, and the execution can be destroyed before emit() returns.
@@ -342,6 +388,208 @@ void CallBase::cancel_inner(std::size_t origin, boost::asio::cancellation_type t
   context_->cancel_requested_ = true;
   const TrampolineSuppressed suppressed;
   emit_step(type);
+}
+
+// ---- several attempts at once ------------------------------------------------------------------
+
+namespace {
+
+void unlink_running(Attempts& a, AttemptNode& node) noexcept {
+  for (AttemptNode** p = &a.running; *p != nullptr; p = &(*p)->next) {
+    if (*p == &node) {
+      *p = node.next;
+      node.next = nullptr;
+      return;
+    }
+  }
+}
+
+AttemptNode* find_running(const Attempts& a, std::uint32_t id) noexcept {
+  for (AttemptNode* n = a.running; n != nullptr; n = n->next) {
+    if (n->id == id) return n;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+CallBase* CallBase::make_attempt(std::size_t) {
+  throw std::logic_error("kevlar: this execution cannot start attempts of its inner part");
+}
+
+void CallBase::invoke_operation_for(CallBase&) {
+  throw std::logic_error("kevlar: this execution cannot start attempts of its inner part");
+}
+
+void CallBase::adopt_outcome(CallBase&) {}
+
+void CallBase::become_attempt(CallBase& parent, std::size_t first, AttemptNode& node) {
+  first_ = first;
+  depth_ = first - 1;
+  deadline_owner_ = parent.deadline_owner_;
+  resumed_ = true;  // time has moved since the parent started
+  node.call = this;
+  node_ = &node;
+  Context& from = *parent.context_;
+  context_->deadline_ = from.deadline_;
+  context_->properties_ = from.properties_;  // copied at launch; the attempt's writes stay its own
+}
+
+std::uint32_t CallBase::start_attempt(std::size_t layer, PrepareAttempt prepare, void* arg) {
+  if (async_ == nullptr) {
+    throw std::logic_error(
+        "kevlar: Layer::start_attempt needs an asynchronous execution (Shield::execute_async)");
+  }
+  if (attempt_layer_ != no_attempt_layer && attempt_layer_ != layer) {
+    throw std::logic_error("kevlar: only one layer of an execution may run attempts at once");
+  }
+  CallBase* attempt = make_attempt(layer + 1);  // nothing changed if this throws
+  if (prepare != nullptr) {
+    try {
+      prepare(arg, *attempt->context_);
+    } catch (...) {
+      attempt->destroy();
+      throw;
+    }
+  }
+  Attempts& a = async_->attempts;
+  AttemptNode& node = *attempt->node_;
+  node.parent = this;
+  node.id = a.started++;
+  node.cancel_epoch = a.epoch;
+  AttemptNode** tail = &a.running;
+  while (*tail != nullptr) tail = &(*tail)->next;
+  *tail = &node;
+  ++a.running_count;
+  attempt_layer_ = layer;
+  // Numbers in launch order: the attempt's operation runs as attempt `n + 1` of this execution.
+  attempt->context_->attempt_ = context_->attempt_++;
+  const std::uint32_t id = node.id;
+  // An attempt that completes during its launch (a rejection inside) is queued, not reported into
+  // the strategy that is launching it.
+  const bool was_busy = std::exchange(a.busy, true);
+  try {
+    attempt->run(Step::run_inner);
+  } catch (...) {
+    // Its operation's initiation threw with the handler alive: the handler owns the attempt.
+    a.busy = was_busy;
+    throw;
+  }
+  a.busy = was_busy;
+  return id;
+}
+
+bool CallBase::cancel_attempt(std::size_t layer, std::uint32_t id,
+                              boost::asio::cancellation_type type) noexcept {
+  if (async_ == nullptr || attempt_layer_ != layer) return false;
+  Attempts& a = async_->attempts;
+  AttemptNode* node = find_running(a, id);
+  if (node == nullptr) return false;
+  const bool was_busy = std::exchange(a.busy, true);
+  if (type == boost::asio::cancellation_type::terminal) node->cancelled_terminally = true;
+  node->call->cancel_from_caller(type);  // a completion inside is queued
+  a.busy = was_busy;
+  return true;
+}
+
+void CallBase::cancel_attempts(std::size_t layer, boost::asio::cancellation_type type) noexcept {
+  if (async_ == nullptr || attempt_layer_ != layer) return;
+  Attempts& a = async_->attempts;
+  const bool was_busy = std::exchange(a.busy, true);
+  const std::uint32_t epoch = ++a.epoch;
+  // Each cancellation may complete its attempt (and, through user code, others): rescan from the
+  // head, skipping those this round already reached.
+  for (;;) {
+    AttemptNode* n = a.running;
+    while (n != nullptr && n->cancel_epoch == epoch) n = n->next;
+    if (n == nullptr) break;
+    n->cancel_epoch = epoch;
+    if (type == boost::asio::cancellation_type::terminal) n->cancelled_terminally = true;
+    n->call->cancel_from_caller(type);
+  }
+  a.busy = was_busy;
+}
+
+std::uint32_t CallBase::attempts_started(std::size_t layer) const noexcept {
+  return async_ != nullptr && attempt_layer_ == layer ? async_->attempts.started : 0;
+}
+
+std::uint32_t CallBase::attempts_running(std::size_t layer) const noexcept {
+  return async_ != nullptr && attempt_layer_ == layer ? async_->attempts.running_count : 0;
+}
+
+void CallBase::forward_cancellation(boost::asio::cancellation_type type) noexcept {
+  Attempts& a = async_->attempts;
+  const bool was_busy = a.busy;
+  cancel_attempts(attempt_layer_, type);
+  if (was_busy || a.done_head == nullptr) return;
+  // Attempts completed inside their cancellation handlers: report them now (the parked layer
+  // may complete the execution here, the last thing this call does with it). As for an operation
+  // completing inside its cancellation handler, a completion handler that throws here ends the
+  // program: cancellation is emitted from noexcept code.
+  RunningScope scope(this);
+  run_steps(Step::suspend);
+}
+
+void CallBase::attempt_completed(AttemptNode& node) {
+  Attempts& a = async_->attempts;
+  unlink_running(a, node);
+  node.next_done = nullptr;
+  (a.done_tail != nullptr ? a.done_tail->next_done : a.done_head) = &node;
+  a.done_tail = &node;
+  if (a.busy) return;  // reported when the engine gets back to the parked layer
+  RunningScope scope(this);
+  run_steps(Step::suspend);
+}
+
+void CallBase::attempt_abandoned(AttemptNode& node) noexcept {
+  Attempts& a = async_->attempts;
+  unlink_running(a, node);
+  BOOST_ASSERT(!a.busy);  // abandonment comes from a handler destroyed outside the engine
+  abandon_execution();
+}
+
+Step CallBase::report_attempt() {
+  Attempts& a = async_->attempts;
+  AttemptNode* node = a.done_head;
+  a.done_head = node->next_done;
+  if (a.done_head == nullptr) a.done_tail = nullptr;
+  --a.running_count;
+  CallBase* attempt = node->call;
+  const std::uint32_t id = node->id;
+  try {
+    adopt_outcome(*attempt);
+  } catch (...) {
+    outcome_.set_exception(std::current_exception());
+  }
+  context_->attempt_ = std::max(context_->attempt_, attempt->context_->attempt_);
+  attempt->destroy();
+  resumed_ = true;
+  return dispatch_attempt_complete(depth_, id);
+}
+
+void CallBase::release_attempts(bool cancel) noexcept {
+  Attempts& a = async_->attempts;
+  AttemptNode* running = a.running;
+  AttemptNode* done = a.done_head;
+  const std::uint32_t epoch = a.epoch;
+  a = Attempts{};
+  a.epoch = epoch + 1;  // a cancellation of the next round never matches a stale one
+  attempt_layer_ = no_attempt_layer;
+  while (done != nullptr) {
+    AttemptNode* next = done->next_done;
+    done->call->destroy();  // completed, never reported: its outcome is discarded
+    done = next;
+  }
+  while (running != nullptr) {
+    AttemptNode* next = running->next;
+    running->next = nullptr;
+    running->parent = nullptr;  // from here on it ends on its own
+    if (cancel && !running->cancelled_terminally) {
+      running->call->cancel_from_caller(boost::asio::cancellation_type::terminal);
+    }
+    running = next;
+  }
 }
 
 }  // namespace detail

@@ -35,6 +35,7 @@ void seal(detail::Pipeline& p) {
   p.layers.reserve(n + 2);
   std::size_t offset = 0;
   bool needs_executor = false;
+  bool asynchronous_only = false;
   const auto add_observer_layer = [&](Strategy& s) {
     p.layers.push_back(detail::PipelineLayer{&s, Clause::default_clause().get(), offset, false,
                                              true, shift, interests});
@@ -50,6 +51,7 @@ void seal(detail::Pipeline& p) {
                                              interests});
     offset += round_up(traits.back().frame_size);
     needs_executor = needs_executor || traits.back().needs_executor;
+    asynchronous_only = asynchronous_only || traits.back().asynchronous_only;
   }
   if (attempt_layer) add_observer_layer(detail::attempt_observer());
   for (std::size_t i = 0; i < n; ++i) {
@@ -81,6 +83,7 @@ void seal(detail::Pipeline& p) {
   p.view.size = p.layers.size();
   p.view.frame_bytes = offset;
   p.view.needs_executor = needs_executor;
+  p.view.asynchronous_only = asynchronous_only;
   p.view.clock = p.clock ? p.clock.get() : Clock::steady().get();
 }
 
@@ -97,6 +100,18 @@ const detail::PipelineView& Shield::view() const noexcept {
 const std::optional<std::string>& Shield::name() const noexcept {
   static const std::optional<std::string> none;
   return p_ ? p_->name : none;
+}
+
+void Shield::refuse_synchronous() const {
+  std::string names;
+  for (const std::shared_ptr<Strategy>& s : p_->strategies) {
+    if (!s->traits().asynchronous_only) continue;
+    if (!names.empty()) names += ", ";
+    names += s->describe();
+  }
+  throw std::logic_error("kevlar::Shield::execute: " + names +
+                         " runs several attempts at once, which needs an asynchronous execution "
+                         "(Shield::execute_async)");
 }
 
 std::vector<std::shared_ptr<Strategy>> Shield::strategies() const {

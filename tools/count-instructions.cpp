@@ -50,14 +50,24 @@ class PassThrough final : public kevlar::Strategy {
   return x + 1;
 }
 
-/// Completes with (no error, x + 1) through a post to the handler's executor.
+/// True for async_hedge_second_wins: the first attempt of each execution fails.
+bool fail_first_attempt = false;
+
+/// Completes with (no error, x + 1) through a post to the handler's executor (with an error for
+/// an execution's first attempt when fail_first_attempt is set).
 template <class Executor, class Token>
 auto async_work(const Executor& ex, int x, Token&& token) {
   return boost::asio::async_initiate<Token, void(boost::system::error_code, int)>(
       [ex](auto handler, int v) {
+        // The flag first: the other modes must not pay for reading the attempt's context.
+        const kevlar::Context* ctx = fail_first_attempt ? kevlar::attempt_context(handler) : nullptr;
+        const bool fail = ctx != nullptr && ctx->attempt() == 1;
         auto hex = boost::asio::get_associated_executor(handler, ex);
-        boost::asio::post(hex, boost::asio::append(std::move(handler),
-                                                   boost::system::error_code(), work(v)));
+        boost::asio::post(
+            hex, boost::asio::append(std::move(handler),
+                                     fail ? make_error_code(boost::system::errc::connection_reset)
+                                          : boost::system::error_code(),
+                                     work(v)));
       },
       token, x);
 }
@@ -130,6 +140,13 @@ kevlar::Shield make(const char* name) {
   }
   if (std::strcmp(name, "concurrency_limit") == 0) return empty.concurrency_limit(1024);
   if (std::strcmp(name, "fallback") == 0) return empty.fallback(0);
+  // Asynchronous only: the first attempt wins before the 10 s delay (no hedge launched), or the
+  // first fails and the second, launched with it, wins.
+  if (std::strcmp(name, "hedge_first_wins") == 0) return empty.hedge(2, 10s);
+  if (std::strcmp(name, "hedge_second_wins") == 0) {
+    fail_first_attempt = true;
+    return empty.hedge(2, 0s);
+  }
   kevlar::CircuitBreakerOptions ratio;
   ratio.failure_ratio = 0.1;
   ratio.minimum_throughput = 100;

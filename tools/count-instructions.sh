@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per call (callgrind) of an empty shield, one pass-through strategy and each built-in
 # strategy, synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
-# execute_async calls on an io_context), of timeout -> retry -> breaker with observers
+# execute_async calls on an io_context; async_hedge_*: a hedge whose first attempt wins before its
+# delay, or fails and the second wins), of timeout -> retry -> breaker with observers
 # (observed_trb_*: an observer doing nothing, the metrics observer, the spdlog observer, both),
 # and per queued-handoff pair (pair_*: the idle cells of
 # BM_QueuedHandoffPair), with the kevlar_count_instructions driver of a Release build that has
@@ -29,6 +30,7 @@ modes=(
   "concurrency_limit 100000" "fallback 100000" "timeout_retry_breaker 100000"
   "async_empty 20000" "async_pass_through 20000" "async_retry 20000" "async_timeout 20000"
   "async_circuit_breaker 20000" "async_concurrency_limit 20000" "async_timeout_retry_breaker 20000"
+  "async_hedge_first_wins 20000" "async_hedge_second_wins 10000"
   "pair_unpaired_callback 10000" "pair_unpaired_coroutine 5000"
   "pair_no_limiter_control_callback 10000" "pair_no_limiter_control_coroutine 5000"
   "observed_trb_noop 100000" "observed_trb_metrics 100000" "observed_trb_spdlog 100000"

@@ -8,6 +8,7 @@
 #include <kevlar/context.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/fallback.hpp>
+#include <kevlar/hedging.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/retry.hpp>

@@ -99,6 +99,12 @@ struct LimiterStateChanged {
   std::uint32_t queued = 0;   ///< callers waiting for a permit
 };
 
+/// A hedge launched another attempt alongside the ones running (after its on_hedge hook and
+/// action generator, before the attempt starts).
+struct HedgeLaunched {
+  std::uint32_t attempt = 0;  ///< 2 for the first hedge
+};
+
 /// Where an event comes from.
 struct EventSource {
   /// What this observer stored in ShieldInfo::observer_state when the shield was announced (for
@@ -121,7 +127,8 @@ struct EventSource {
 /// One event: its source and what happened.
 struct Event {
   using Detail = std::variant<ExecutionFinished, AttemptStarted, RetryScheduled, TimeoutFired,
-                              FallbackTaken, Rejected, BreakerTransition, LimiterStateChanged>;
+                              FallbackTaken, Rejected, BreakerTransition, LimiterStateChanged,
+                              HedgeLaunched>;
   EventSource source;
   Detail detail;
 };

@@ -41,6 +41,7 @@ struct CircuitBreakerOptions;
 struct ConcurrencyLimitOptions;
 template <class T>
 struct FallbackOptions;
+struct HedgeOptions;
 
 namespace detail {
 
@@ -84,6 +85,19 @@ template <class A>
 concept AsyncAttempt =
     !AwaitableFactory<A> && boost::asio::is_async_operation<A>::value &&
     detail::SignatureTraits<boost::asio::completion_signature_of_t<A>>::supported;
+
+/// The context of the attempt that `handler` completes, when `handler` is the completion handler
+/// kevlar passed to an AsyncAttempt: inside the attempt, `kevlar::attempt_context(handler)` gives
+/// its Context (the attempt number, the properties; a hedged attempt has its own copy, which the
+/// hedge's action generator may have prepared). nullptr for any other handler.
+template <class Handler>
+[[nodiscard]] Context* attempt_context(const Handler& handler) noexcept {
+  if constexpr (requires { handler.kevlar_context(); }) {
+    return handler.kevlar_context();
+  } else {
+    return nullptr;
+  }
+}
 
 /// An immutable, thread-safe pipeline of strategies that wraps a call.
 ///
@@ -166,6 +180,14 @@ class Shield {
   [[nodiscard]] Shield concurrency_limit(int max_concurrency, int max_queue = 0) const;
   [[nodiscard]] Shield concurrency_limit(const ConcurrencyLimitOptions& options) const;
 
+  /// Appends a hedge (<kevlar/hedging.hpp>): up to `max_attempts` attempts in total, the next one
+  /// launched when those running take longer than `delay` (0: all at once;
+  /// HedgeOptions::infinite_delay: only after a handled failure); the first outcome the clause
+  /// does not handle wins and the others are cancelled.
+  [[nodiscard]] Shield hedge(std::uint32_t max_attempts = 2,
+                             Clock::duration delay = std::chrono::seconds(1)) const;
+  [[nodiscard]] Shield hedge(const HedgeOptions& options) const;
+
   /// Appends a fallback replacing handled failures with `value` (calls whose result type is T).
   /// See <kevlar/fallback.hpp>.
   template <class T>
@@ -222,6 +244,7 @@ class Shield {
       return Outcome<R>::from_error(boost::asio::error::operation_aborted);
     }
     const detail::PipelineView& v = view();
+    if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
     Context ctx(*v.clock, true, std::move(stop));
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
@@ -305,6 +328,7 @@ class Shield {
   [[gnu::noinline]] R execute_pipeline(Fn& fn, std::stop_token stop) const {
     if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
     const detail::PipelineView& v = p_->view;  // execute() routes only non-empty shields here
+    if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
     Context ctx(*v.clock, true, std::move(stop));
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
@@ -340,6 +364,8 @@ class Shield {
   }
 
   [[nodiscard]] const detail::PipelineView& view() const noexcept;
+  /// Throws the std::logic_error of a synchronous execution of an asynchronous-only pipeline.
+  [[noreturn]] void refuse_synchronous() const;
   [[nodiscard]] Shield append(const std::shared_ptr<Strategy>& strategy) const;
 
   explicit Shield(std::shared_ptr<const detail::Pipeline> p) noexcept : p_(std::move(p)) {}

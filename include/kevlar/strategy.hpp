@@ -14,8 +14,11 @@
 #include <boost/asio/cancellation_type.hpp>
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace kevlar {
@@ -23,11 +26,13 @@ namespace kevlar {
 /// What a strategy asks the engine to do next for its position in the pipeline.
 enum class Step : unsigned char {
   run_inner,  ///< run the rest of the pipeline (and finally the user's operation) once more
-  complete,   ///< this position is done; the current outcome flows to the strategy outside it
+  complete,   ///< this position is done; the current outcome flows to the strategy outside it;
+              ///< attempts it started that still run are cancelled and detached
   wait,       ///< wait until the deadline given to Layer::wait_until / wait_for, then call
               ///< Strategy::on_wait_complete (blocks the thread in a synchronous execution)
-  suspend,    ///< the strategy started its own asynchronous wait with Layer::wait_handler();
-              ///< its completion calls Strategy::on_wait_complete (asynchronous executions only)
+  suspend,    ///< the strategy started its own asynchronous wait with Layer::wait_handler(), or
+              ///< attempts with Layer::start_attempt(): their completions call
+              ///< Strategy::on_wait_complete / on_attempt_complete (asynchronous executions only)
 };
 
 /// How a strategy takes part in handling clauses and chain validation.
@@ -51,6 +56,10 @@ struct StrategyTraits {
   /// holding such a strategy, whose completion handler has no associated executor, is refused
   /// before any strategy runs with `errc::executor_required`.
   bool needs_executor = false;
+  /// True if the strategy runs several attempts at once (a hedge with more than one): a
+  /// synchronous execution (Shield::execute, execute_outcome) of a shield holding it throws
+  /// std::logic_error before any strategy runs.
+  bool asynchronous_only = false;
 };
 
 class Strategy;
@@ -145,6 +154,53 @@ class Layer {
   void cancel_inner(boost::asio::cancellation_type type =
                         boost::asio::cancellation_type::terminal) const noexcept {
     call_->cancel_inner(index_, type);
+  }
+
+  // ---- several attempts at once (asynchronous executions) ------------------------------------
+
+  /// Starts an attempt of the inner part of the pipeline (the strategies inside this one, then the
+  /// user's operation) that runs concurrently with any others this strategy started, and returns
+  /// its id: 0, 1, 2 ... in launch order, counted afresh each time this position starts over (a
+  /// retry outside runs it again). The attempt runs on a copy of the context (properties copied
+  /// now; its writes stay its own), with its own cancellation slot and its own outcome; its
+  /// completion calls Strategy::on_attempt_complete with the id, its outcome then being
+  /// layer.outcome(). While attempts run the strategy returns Step::suspend (not run_inner or
+  /// wait, which fail the position with std::logic_error); Step::complete cancels the ones still
+  /// running and forgets them (they end on their own). A cancellation of this execution (the
+  /// caller's, an outer timeout's) reaches every running attempt.
+  ///
+  /// An attempt that completes inside this call (a strategy inside rejected it) is reported
+  /// after the callback that started it returns. Throws std::logic_error in a synchronous
+  /// execution, and what allocating the attempt or copying the properties throws (no attempt is
+  /// started then).
+  std::uint32_t start_attempt() const { return call_->start_attempt(index_, nullptr, nullptr); }
+  /// Like start_attempt(), calling `prepare(Context& attempt_context)` on the attempt's own
+  /// context before it starts (to choose what the attempt does, through its properties). If
+  /// `prepare` throws, no attempt starts and the exception propagates.
+  template <class Prepare>
+  std::uint32_t start_attempt(Prepare&& prepare) const {
+    return call_->start_attempt(
+        index_,
+        [](void* arg, Context& context) { (*static_cast<std::remove_reference_t<Prepare>*>(arg))(context); },
+        const_cast<void*>(static_cast<const void*>(std::addressof(prepare))));
+  }
+  /// Cancels running attempt `id` through its own slot; false if it is not running.
+  bool cancel_attempt(std::uint32_t id, boost::asio::cancellation_type type =
+                                            boost::asio::cancellation_type::terminal) const noexcept {
+    return call_->cancel_attempt(index_, id, type);
+  }
+  /// Cancels every running attempt this strategy started.
+  void cancel_attempts(boost::asio::cancellation_type type =
+                           boost::asio::cancellation_type::terminal) const noexcept {
+    call_->cancel_attempts(index_, type);
+  }
+  /// Attempts started since this position started (or since its last Step::complete).
+  [[nodiscard]] std::uint32_t attempts_started() const noexcept {
+    return call_->attempts_started(index_);
+  }
+  /// Attempts started and not yet reported complete.
+  [[nodiscard]] std::uint32_t attempts_running() const noexcept {
+    return call_->attempts_running(index_);
   }
 
   /// True if the shield has observers (Shield::observed_by): only then is an event worth building.
@@ -257,13 +313,15 @@ inline WaitHandler Layer::wait_handler() const noexcept {
 /// 1. on_start once; then, each time the strategy returns
 /// 2. Step::run_inner -> on_inner_complete when the inner part finished,
 ///    Step::wait / Step::suspend -> on_wait_complete when the wait finished,
+///    Step::suspend after Layer::start_attempt -> on_attempt_complete as each attempt finishes,
 ///    Step::complete -> on_finish, and the outcome moves outwards;
 /// 3. on_finish exactly once, also when the execution is abandoned (its executor was destroyed
 ///    with a step pending).
 /// An exception thrown by on_start, on_inner_complete or on_wait_complete becomes the outcome and
 /// completes this position (the strategy's on_finish still runs).
 ///
-/// Zero Step::run_inner is a short-circuit (a rejection), one a decorator, several a repeater.
+/// Zero Step::run_inner is a short-circuit (a rejection), one a decorator, several a repeater;
+/// Layer::start_attempt runs several inner attempts at once (a hedge).
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -284,6 +342,14 @@ class Strategy {
   virtual Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) {
     (void)layer;
     (void)ec;
+    return Step::complete;
+  }
+  /// Attempt `attempt` (Layer::start_attempt's id) completed; its outcome is now layer.outcome()
+  /// (it replaces whatever was there). Return Step::suspend to wait for more, Step::complete to
+  /// finish with this outcome (or one set on it).
+  virtual Step on_attempt_complete(Layer& layer, std::uint32_t attempt) {
+    (void)layer;
+    (void)attempt;
     return Step::complete;
   }
   /// This position of the execution ended (completed or abandoned); release the frame.

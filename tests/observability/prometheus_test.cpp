@@ -109,6 +109,9 @@ kevlar_timeouts_total{kevlar_shield_name="api"} 0
 # HELP kevlar_fallbacks_total Handled failures a fallback replaced.
 # TYPE kevlar_fallbacks_total counter
 kevlar_fallbacks_total{kevlar_shield_name="api"} 0
+# HELP kevlar_hedges_total Hedged attempts launched (the first attempt is not one).
+# TYPE kevlar_hedges_total counter
+kevlar_hedges_total{kevlar_shield_name="api"} 0
 # HELP kevlar_rejections_total Calls refused without running, by the kind of refusal.
 # TYPE kevlar_rejections_total counter
 kevlar_rejections_total{kevlar_shield_name="api",kevlar_rejection_type="circuit_open"} 0

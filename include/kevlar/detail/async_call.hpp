@@ -7,6 +7,7 @@
 #include <kevlar/strategy.hpp>
 
 #include <boost/asio/append.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -69,6 +70,36 @@ struct TupleValueOps {
   static constexpr ValueOps ops{&typeid(Value), &get, &assign};
 };
 
+/// Stores an operation's completion arguments as an outcome and its values.
+template <class ErrorType, class Values, class E, class... Args>
+void store_completion(OutcomeState& outcome, std::optional<Values>& values, E&& e,
+                      Args&&... args) {
+  values.emplace(std::forward<Args>(args)...);
+  if constexpr (std::is_same_v<ErrorType, boost::system::error_code>) {
+    if (e) {
+      outcome.set_error(e);
+    } else {
+      outcome.set_success();
+    }
+  } else {
+    if (e) {
+      outcome.set_exception(std::forward<E>(e));
+    } else {
+      outcome.set_success();
+    }
+  }
+}
+
+/// The first argument of a completion that fails with `ec`.
+template <class ErrorType>
+ErrorType error_argument(const boost::system::error_code& ec) {
+  if constexpr (std::is_same_v<ErrorType, boost::system::error_code>) {
+    return ec;
+  } else {
+    return std::make_exception_ptr(Error(ec));
+  }
+}
+
 /// Forwards the caller's cancellation into the execution.
 struct CallerCancellation {
   CallBase* call;
@@ -119,6 +150,10 @@ class AttemptHandler {
     return call_ != nullptr ? call_->step_slot() : cancellation_slot_type();
   }
   [[nodiscard]] allocator_type get_allocator() const noexcept { return allocator_; }
+  /// The context of the attempt this handler completes (kevlar::attempt_context).
+  [[nodiscard]] Context* kevlar_context() const noexcept {
+    return call_ != nullptr ? &call_->context() : nullptr;
+  }
 
  protected:
   Call* call_;
@@ -133,6 +168,149 @@ class ExecutorAttemptHandler : public AttemptHandler<Call> {
   using executor_type = typename Call::executor_type;
   using AttemptHandler<Call>::AttemptHandler;
   [[nodiscard]] executor_type get_executor() const noexcept { return this->call_->get_executor(); }
+};
+
+/// Copies what an outcome says (not where its values live) from an attempt's outcome.
+inline void adopt_result(OutcomeState& to, const OutcomeState& from) {
+  to.kind = from.kind;
+  to.error = from.error;
+  to.exception = from.exception;
+  to.retry_after = from.retry_after;
+}
+
+/// One attempt of the inner part of a pipeline that a layer runs alongside others
+/// (Layer::start_attempt): the layers inside that layer, then the user's operation, on a copy of
+/// the context. Its block comes from kevlar's per-thread cache (it may outlive the caller's
+/// handler: a cancelled attempt ends on its own), and it keeps the pipeline alive. Its completion
+/// runs on the caller's executor, like the execution that started it.
+template <class Attempt, class Sig, class Executor>
+class AttemptCall final : public CallBase {
+  using Traits = SignatureTraits<Sig>;
+  using ErrorType = typename Traits::error_type;
+  using Values = typename Traits::values_type;
+  using Value = typename Traits::value_type;
+
+ public:
+  using allocator_type = CachingAllocator<void>;
+  using executor_type = Executor;
+  using StepHandler = ExecutorAttemptHandler<AttemptCall>;
+
+  /// Allocates an attempt of `parent` running the layers from `first` on (not started yet).
+  static AttemptCall* create(CallBase& parent, std::size_t first, Executor ex,
+                             const std::shared_ptr<const void>& keep_alive) {
+    using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
+    using BlockAlloc = CachingAllocator<Block>;
+    const PipelineView& pipeline = parent.pipeline();
+    const std::size_t head = (sizeof(AttemptCall) + sizeof(Block) - 1) / sizeof(Block);
+    const std::size_t blocks = head + (pipeline.frame_bytes + sizeof(Block) - 1) / sizeof(Block);
+    BlockAlloc alloc;
+    Block* mem = std::allocator_traits<BlockAlloc>::allocate(alloc, blocks);
+    auto* frames = reinterpret_cast<std::byte*>(mem + head);
+    try {
+      return ::new (static_cast<void*>(mem))
+          AttemptCall(parent, first, frames, std::move(ex), keep_alive, blocks);
+    } catch (...) {
+      std::allocator_traits<BlockAlloc>::deallocate(alloc, mem, blocks);
+      throw;
+    }
+  }
+
+  template <class E, class... Args>
+  void store(E&& e, Args&&... args) {
+    store_completion<ErrorType>(outcome_, values_, std::forward<E>(e), std::forward<Args>(args)...);
+  }
+  std::optional<Values>& values() noexcept { return values_; }
+
+  [[nodiscard]] allocator_type get_allocator() const noexcept { return {}; }
+  [[nodiscard]] executor_type get_executor() const noexcept { return ex_; }
+  [[nodiscard]] boost::asio::any_io_executor call_executor() const noexcept override {
+    return boost::asio::any_io_executor(ex_);
+  }
+  [[nodiscard]] const void* trampoline_context() const noexcept override {
+    using IoEx = boost::asio::io_context::executor_type;
+    if constexpr (std::is_same_v<executor_type, IoEx>) {
+      return &ex_.context();
+    } else if constexpr (std::is_same_v<executor_type, boost::asio::any_io_executor>) {
+      const IoEx* io = ex_.template target<IoEx>();
+      return io != nullptr ? &io->context() : nullptr;
+    } else {
+      return nullptr;
+    }
+  }
+
+  CallBase* make_attempt(std::size_t first) override {
+    return create(*this, first, ex_, keep_alive_);
+  }
+  void invoke_operation_for(CallBase& attempt) override {
+    if (link_.parent != nullptr) {
+      link_.parent->invoke_operation_for(attempt);
+    } else {
+      static_cast<AttemptCall&>(attempt).fail_operation();
+    }
+  }
+  void adopt_outcome(CallBase& attempt) override {
+    auto& child = static_cast<AttemptCall&>(attempt);
+    adopt_result(outcome_, child.outcome());
+    values_ = std::move(child.values());
+  }
+
+ private:
+  AttemptCall(CallBase& parent, std::size_t first, std::byte* frames, Executor&& ex,
+              const std::shared_ptr<const void>& keep_alive, std::size_t blocks)
+      : CallBase(parent.pipeline(), frames, context_storage_),
+        keep_alive_(keep_alive),
+        context_storage_(parent.context().clock(), false),
+        ex_(std::move(ex)),
+        blocks_(blocks) {
+    async_ = &steps_;
+    if constexpr (Traits::value_count > 0) {
+      outcome_.slot = &values_;
+      outcome_.ops = &TupleValueOps<Values, Value>::ops;
+    }
+    become_attempt(parent, first, link_);
+  }
+
+  /// The operation runs through the execution that started this attempt (it holds the user's
+  /// callable); a detached attempt starts none and fails as cancelled.
+  void invoke_operation() override { invoke_operation_for(*this); }
+  /// Completes this attempt with `operation_aborted`, through its executor like an operation.
+  void fail_operation() {
+    std::apply(
+        [&](auto&&... v) {
+          boost::asio::post(boost::asio::append(
+              StepHandler(this),
+              error_argument<ErrorType>(boost::asio::error::operation_aborted),
+              std::forward<decltype(v)>(v)...));
+        },
+        Values{});
+  }
+
+  void deliver() override {
+    if (CallBase* parent = std::exchange(link_.parent, nullptr)) {
+      parent->attempt_completed(link_);  // the parent destroys this attempt when it reports it
+      return;
+    }
+    destroy();  // detached: nobody waits for this outcome
+  }
+
+  void destroy() noexcept override {
+    trampoline_forget(static_cast<const CallBase*>(this));
+    using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
+    using BlockAlloc = CachingAllocator<Block>;
+    BlockAlloc alloc;
+    const std::size_t blocks = blocks_;
+    void* mem = this;
+    this->~AttemptCall();
+    std::allocator_traits<BlockAlloc>::deallocate(alloc, static_cast<Block*>(mem), blocks);
+  }
+
+  std::shared_ptr<const void> keep_alive_;  ///< the pipeline outlives the attempt
+  AsyncSteps steps_;
+  Context context_storage_;
+  Executor ex_;
+  std::optional<Values> values_;
+  AttemptNode link_;
+  std::size_t blocks_;
 };
 
 /// One asynchronous execution: the caller's handler, the user's attempt, the completion values
@@ -207,21 +385,10 @@ class AsyncCall final : public CallBase {
 
   template <class E, class... Args>
   void store(E&& e, Args&&... args) {
-    values_.emplace(std::forward<Args>(args)...);
-    if constexpr (std::is_same_v<ErrorType, boost::system::error_code>) {
-      if (e) {
-        outcome_.set_error(e);
-      } else {
-        outcome_.set_success();
-      }
-    } else {
-      if (e) {
-        outcome_.set_exception(std::forward<E>(e));
-      } else {
-        outcome_.set_success();
-      }
-    }
+    store_completion<ErrorType>(outcome_, values_, std::forward<E>(e), std::forward<Args>(args)...);
   }
+  /// The values of the completion this execution holds (an attempt's, before its parent adopts).
+  std::optional<Values>& values() noexcept { return values_; }
 
   [[nodiscard]] allocator_type get_allocator() const noexcept { return allocator_of(handler_); }
   static allocator_type allocator_of(const Handler& h) noexcept {
@@ -272,12 +439,7 @@ class AsyncCall final : public CallBase {
   /// otherwise count the refusal as a failure). Posted, like every completion decided during the
   /// initiation; a handler without an executor runs on the system executor.
   static void refuse_without_executor(Handler handler) {
-    ErrorType err;
-    if constexpr (std::is_same_v<ErrorType, boost::system::error_code>) {
-      err = make_error_code(errc::executor_required);
-    } else {
-      err = std::make_exception_ptr(Error(make_error_code(errc::executor_required)));
-    }
+    ErrorType err = error_argument<ErrorType>(make_error_code(errc::executor_required));
     std::apply(
         [&](auto&&... v) {
           boost::asio::post(boost::asio::append(std::move(handler), std::move(err),
@@ -293,6 +455,19 @@ class AsyncCall final : public CallBase {
   }
 
   void invoke_operation() override { attempt_(StepHandler(this)); }
+
+  using Child = AttemptCall<Attempt, Sig, executor_type>;
+  CallBase* make_attempt(std::size_t first) override {
+    return Child::create(*this, first, get_executor(), keep_alive_);
+  }
+  void invoke_operation_for(CallBase& attempt) override {
+    attempt_(typename Child::StepHandler(static_cast<Child*>(&attempt)));
+  }
+  void adopt_outcome(CallBase& attempt) override {
+    auto& child = static_cast<Child&>(attempt);
+    adopt_result(outcome_, child.outcome());
+    values_ = std::move(child.values());
+  }
 
   void deliver() override {
     if (caller_slot_.is_connected()) caller_slot_.clear();

@@ -49,6 +49,8 @@ struct PipelineView {
   const Clock* clock = nullptr;
   /// Some layer's StrategyTraits::needs_executor: refuse handlers without an executor.
   bool needs_executor = false;
+  /// Some layer's StrategyTraits::asynchronous_only: refuse synchronous executions.
+  bool asynchronous_only = false;
   /// The shield's observers, or nullptr when nobody listens. Emission points test the layer's
   /// interests instead (PipelineLayer::interests). When an observer wants ExecutionFinished,
   /// layer 0 is kevlar's execution observer (PipelineLayer::strategy_shift is then 1); when one
@@ -136,14 +138,47 @@ class InlineSlot {
   InlineCancellation* storage_ = nullptr;
 };
 
+/// One inner attempt a layer started with Layer::start_attempt: the link between the attempt's own
+/// execution (which runs the layers inside that layer and the user's operation) and the execution
+/// that started it. It lives in the attempt's execution.
+struct AttemptNode {
+  CallBase* call = nullptr;        ///< the attempt's execution
+  CallBase* parent = nullptr;      ///< the execution that started it; nullptr once detached
+  AttemptNode* next = nullptr;     ///< the parent's list of attempts still running
+  AttemptNode* next_done = nullptr;  ///< the parent's queue of completions not yet reported
+  std::uint32_t id = 0;            ///< launch position within the layer's current round
+  std::uint32_t cancel_epoch = 0;  ///< the parent's cancellation round this attempt last received
+  bool cancelled_terminally = false;  ///< a terminal cancellation reached it already
+};
+
+/// The attempts one layer of an asynchronous execution runs at once (Layer::start_attempt). While
+/// any runs, that layer is parked: its strategy returned Step::suspend and hears of each attempt
+/// through Strategy::on_attempt_complete.
+struct Attempts {
+  AttemptNode* running = nullptr;    ///< started, not completed, in launch order
+  AttemptNode* done_head = nullptr;  ///< completed, not yet reported, in completion order
+  AttemptNode* done_tail = nullptr;
+  std::uint32_t started = 0;  ///< in the current round (ids are 0 .. started - 1)
+  std::uint32_t running_count = 0;  ///< started, not yet reported (queued ones included)
+  std::uint32_t epoch = 0;    ///< cancellation rounds (see AttemptNode::cancel_epoch)
+  /// The engine is inside the parked layer (a launch, a cancellation): a completion that happens
+  /// meanwhile is queued and reported when the engine gets back to the layer.
+  bool busy = false;
+};
+
 /// What only an asynchronous execution needs to run its pending steps: the signal forwarding
-/// cancellation to the pending step, the inline slot of kevlar's own queue waits, and the timer of
-/// Step::wait. It lives in the asynchronous execution's block; a synchronous execution has none.
+/// cancellation to the pending step, the inline slot of kevlar's own queue waits, the timer of
+/// Step::wait, and the attempts a layer runs at once. It lives in the asynchronous execution's
+/// block; a synchronous execution has none.
 struct AsyncSteps {
   boost::asio::cancellation_signal step_signal;
   InlineCancellation inline_cancellation;
   std::unique_ptr<ClockTimer> timer;
+  Attempts attempts;
 };
+
+/// No layer runs attempts (CallBase's attempt layer): a value no depth ever takes.
+inline constexpr std::size_t no_attempt_layer = no_layer - 1;
 
 /// The execution (if any) whose engine is running on this thread; a pending step's handler that is
 /// destroyed while its execution's engine is on the stack (a failed initiation) leaves the
@@ -223,12 +258,17 @@ class DeferredChecks {
   static inline thread_local Entry pending_[capacity] = {};
 };
 
-/// One execution of a pipeline. The engine (`run`) is a trampoline shared by synchronous and
+/// One execution of a pipeline. The engine (`run`) is a step loop shared by synchronous and
 /// asynchronous executions: strategies return Steps, the engine performs them. The typed parts
 /// (invoking the user's operation, delivering the result) live in the derived classes.
 ///
 /// An asynchronous execution has at most one pending step at a time (the user's operation, a
-/// clock wait or a strategy's own wait); the handler of that step owns the execution.
+/// clock wait or a strategy's own wait); the handler of that step owns the execution. The one
+/// exception is a parked layer running several inner attempts (Layer::start_attempt): each
+/// attempt is an execution of its own, over the layers inside the parked one, that reports its
+/// outcome to this execution when it completes. This execution then ends only through the parked
+/// layer's strategy (it completes, or an attempt is abandoned); attempts still running when it
+/// completes are cancelled and detached, and end on their own.
 class CallBase : private ClockWaiter {
  public:
   CallBase(const PipelineView& pipeline, std::byte* frames, Context& context) noexcept
@@ -266,6 +306,29 @@ class CallBase : private ClockWaiter {
 
   /// Cancels what is running inside layer `origin`.
   void cancel_inner(std::size_t origin, boost::asio::cancellation_type type) noexcept;
+
+  // ---- several attempts at once (asynchronous executions) ----
+  /// Starts an attempt of the layers inside `layer` (and the user's operation) with a copy of the
+  /// context, on which `prepare(arg, context)` runs first if given; returns its id. Throws
+  /// std::logic_error in a synchronous execution, and what allocating the attempt, copying the
+  /// properties or `prepare` throws (nothing is started then).
+  using PrepareAttempt = void (*)(void* arg, Context& context);
+  std::uint32_t start_attempt(std::size_t layer, PrepareAttempt prepare, void* arg);
+  /// Cancels the running attempt `id` of `layer`; false if it is not running.
+  bool cancel_attempt(std::size_t layer, std::uint32_t id,
+                      boost::asio::cancellation_type type) noexcept;
+  /// Cancels every running attempt of `layer`.
+  void cancel_attempts(std::size_t layer, boost::asio::cancellation_type type) noexcept;
+  /// Attempts of `layer` started in its current round, and those still running.
+  [[nodiscard]] std::uint32_t attempts_started(std::size_t layer) const noexcept;
+  [[nodiscard]] std::uint32_t attempts_running(std::size_t layer) const noexcept;
+  /// An attempt this execution started completed (its outcome is in its execution): report it to
+  /// the parked layer, now or once the engine gets back to it. The attempt is this execution's to
+  /// destroy from here on.
+  void attempt_completed(AttemptNode& node);
+  /// An attempt this execution started will never complete (its executor shut down with its step
+  /// pending): the execution cannot complete either, and is abandoned.
+  void attempt_abandoned(AttemptNode& node) noexcept;
 
   [[nodiscard]] Context& context() noexcept { return *context_; }
   [[nodiscard]] OutcomeState& outcome() noexcept { return outcome_; }
@@ -330,6 +393,25 @@ class CallBase : private ClockWaiter {
   /// Destroys an asynchronous execution without delivering.
   virtual void destroy() noexcept = 0;
 
+ public:
+  // Called on other executions of the same family (an attempt's ancestors).
+  /// Asynchronous executions: allocates (does not start) an attempt execution running the layers
+  /// from `first` on, with a copy of this execution's context; its node is attempt_node().
+  virtual CallBase* make_attempt(std::size_t first);
+  /// Starts the user's operation for attempt execution `attempt` (a descendant of this one), or
+  /// fails that attempt with `operation_aborted` if this execution can no longer start it.
+  virtual void invoke_operation_for(CallBase& attempt);
+  /// Moves the result of the completed attempt `attempt` into this execution's outcome.
+  virtual void adopt_outcome(CallBase& attempt);
+
+  /// An attempt execution's set-up, called by its constructor: it runs the layers from `first` on
+  /// for `parent`, whose context it copies (properties, deadline).
+  void become_attempt(CallBase& parent, std::size_t first, AttemptNode& node);
+  /// This execution's link to the execution that started it (nullptr: it is a caller's).
+  [[nodiscard]] AttemptNode* attempt_node() const noexcept { return node_; }
+
+ protected:
+
   OutcomeState outcome_;
   AsyncSteps* async_ = nullptr;  ///< set by asynchronous executions
 
@@ -351,6 +433,15 @@ class CallBase : private ClockWaiter {
   void resume_after_wait(const boost::system::error_code& ec);
   void emit_step(boost::asio::cancellation_type type) noexcept;
   void step_completed() noexcept;
+  Step dispatch_attempt_complete(std::size_t index, std::uint32_t id);
+  /// Reports the oldest completion queued for the parked layer.
+  Step report_attempt();
+  /// The parked layer ends: queued completions are discarded, running attempts detached (and
+  /// cancelled if `cancel`).
+  void release_attempts(bool cancel) noexcept;
+  /// Forwards a cancellation to every running attempt of the parked layer.
+  void forward_cancellation(boost::asio::cancellation_type type) noexcept;
+  [[gnu::noinline]] Step refuse_step_with_attempts(Step step) noexcept;
 
   // ClockWaiter (asynchronous Step::wait).
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept override {
@@ -380,6 +471,12 @@ class CallBase : private ClockWaiter {
   /// Asynchronous executions: a wait or an attempt has completed, so the clock may have passed a
   /// deadline set before it. The first pass starts its attempt without reading the clock again.
   bool resumed_ = false;
+  /// The first layer this execution runs: 0, or for an attempt execution the layer inside the one
+  /// that started it. Reaching its completion delivers.
+  std::size_t first_ = 0;
+  /// The layer running several attempts at once (no_attempt_layer: none).
+  std::size_t attempt_layer_ = no_attempt_layer;
+  AttemptNode* node_ = nullptr;  ///< set for attempt executions
 };
 
 }  // namespace detail

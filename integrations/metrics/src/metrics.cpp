@@ -91,6 +91,7 @@ enum Slot : std::size_t {
   retries,
   timeouts,
   fallbacks,
+  hedges,
   rejections,  // + RejectionKind
   histograms = rejections + 4,
 };
@@ -118,6 +119,8 @@ constexpr Instrument timeouts_i{"kevlar.timeouts", InstrumentKind::counter, "{ti
                                 "Timeouts whose budget elapsed."};
 constexpr Instrument fallbacks_i{"kevlar.fallbacks", InstrumentKind::counter, "{fallback}",
                                  "Handled failures a fallback replaced."};
+constexpr Instrument hedges_i{"kevlar.hedges", InstrumentKind::counter, "{hedge}",
+                              "Hedged attempts launched (the first attempt is not one)."};
 constexpr Instrument rejections_i{"kevlar.rejections", InstrumentKind::counter, "{rejection}",
                                   "Calls refused without running, by the kind of refusal."};
 constexpr Instrument transitions_i{"kevlar.circuit_breaker.transitions", InstrumentKind::counter,
@@ -239,7 +242,7 @@ MetricsObserver::Group* MetricsObserver::group(const std::string* name) noexcept
 
 EventKinds MetricsObserver::interests() const noexcept {
   return event_kinds<ExecutionFinished, RetryScheduled, TimeoutFired, FallbackTaken, Rejected,
-                     BreakerTransition>();
+                     BreakerTransition, HedgeLaunched>();
 }
 
 void MetricsObserver::on_shield(ShieldInfo& shield) {
@@ -315,6 +318,9 @@ void MetricsObserver::on_event(const Event& event) noexcept {
     case 5:  // Rejected
       slot = rejections + static_cast<std::size_t>(std::get_if<Rejected>(&d)->kind);
       break;
+    case 8:  // HedgeLaunched
+      slot = hedges;
+      break;
     default:  // AttemptStarted, LimiterStateChanged: the gauges are read from the strategies
       return;
   }
@@ -324,6 +330,7 @@ void MetricsObserver::on_event(const Event& event) noexcept {
 MetricsSnapshot MetricsObserver::snapshot() const {
   static_assert(std::is_same_v<std::variant_alternative_t<0, Event::Detail>, ExecutionFinished>);
   static_assert(std::is_same_v<std::variant_alternative_t<5, Event::Detail>, Rejected>);
+  static_assert(std::is_same_v<std::variant_alternative_t<8, Event::Detail>, HedgeLaunched>);
   // Groups ordered by name (the unnamed one first), so that the output is stable.
   std::vector<const Group*> groups;
   for (const Group* g = groups_.load(std::memory_order_acquire); g != nullptr; g = g->next) {
@@ -373,6 +380,7 @@ MetricsSnapshot MetricsObserver::snapshot() const {
   counters(retries_i, retries);
   counters(timeouts_i, timeouts);
   counters(fallbacks_i, fallbacks);
+  counters(hedges_i, hedges);
   for (const Group* g : groups) {
     for (std::size_t k = 0; k < rejection_kinds; ++k) {
       Series s = make_series(rejections_i);

@@ -20,7 +20,7 @@ using spdlog::level::level_enum;
 constexpr const char* event_names[] = {
     "execution_finished", "attempt_started",    "retry_scheduled", "timeout_fired",
     "fallback_taken",     "rejected",           "breaker_transition",
-    "limiter_state_changed"};
+    "limiter_state_changed", "hedge_launched"};
 static_assert(std::size(event_names) == std::variant_size_v<Event::Detail>);
 
 level_enum level_of(const Event::Detail& d) {
@@ -165,6 +165,8 @@ void format_event(fmt::memory_buffer& out, const Event& event) {
           append_failure(out, d.failure);
         } else if constexpr (std::is_same_v<T, LimiterStateChanged>) {
           fmt::format_to(it, " running={} queued={}", d.running, d.queued);
+        } else if constexpr (std::is_same_v<T, HedgeLaunched>) {
+          fmt::format_to(it, " attempt={}", d.attempt);
         }
       },
       event.detail);

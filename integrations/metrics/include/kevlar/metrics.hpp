@@ -119,6 +119,7 @@ class ShardedCounters {
 /// | kevlar.retries | counter | {retry} | name* |
 /// | kevlar.timeouts | counter | {timeout} | name* |
 /// | kevlar.fallbacks | counter | {fallback} | name* |
+/// | kevlar.hedges | counter | {hedge} | name* |
 /// | kevlar.rejections | counter | {rejection} | name*, kevlar.rejection.type |
 /// | kevlar.circuit_breaker.transitions | counter | {transition} | ...state.from, ...state.to |
 /// | kevlar.circuit_breaker.state | gauge | {state} | name*, kevlar.strategy.index |

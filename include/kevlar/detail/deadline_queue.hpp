@@ -1,4 +1,5 @@
-// kevlar — internal: the shared deadline queue behind asynchronous timeouts.
+// kevlar — internal: the shared deadline queue, the engine's service for per-execution deadlines
+// (a timeout's expiry, a hedge's stagger): no kernel timer per execution.
 #pragma once
 
 #include <kevlar/clock.hpp>
@@ -17,8 +18,12 @@ namespace kevlar::detail {
 
 class DeadlineQueue;
 
-/// One armed deadline; lives in a Timeout layer's frame.
+/// One armed deadline; lives in the frame of the layer that armed it (a timeout, a hedge).
 struct DeadlineEntry {
+  /// What an expiry does, on the execution's executor, if the execution still runs: by default
+  /// (nullptr) it cancels what runs inside layer `index` (a timeout's expiry).
+  using Fire = void (*)(CallBase& call, std::size_t index);
+
   enum class State : std::uint8_t { idle, armed, firing, fired };
 
   DeadlineEntry* prev = nullptr;
@@ -31,6 +36,7 @@ struct DeadlineEntry {
   /// address alone cannot: once its execution ends, the same storage may hold another execution's
   /// entry, firing on another executor, by the time the stale job runs.
   std::uint64_t ticket = 0;
+  Fire fire = nullptr;
   State state = State::idle;
 };
 
@@ -64,8 +70,9 @@ class DeadlineQueue final : private ClockWaiter {
   /// The sweep job: releases the timer if the queue has stayed empty since the last pass.
   void sweep(bool second_pass) noexcept;
   /// Delivers the expiry of `e` if it is still the firing entry named by `ticket` (runs on the
-  /// execution's executor).
-  void deliver(DeadlineEntry* e, std::uint64_t ticket) noexcept;
+  /// execution's executor). Propagates what the entry's Fire action throws (a completion handler
+  /// it ran), as any handler's exception leaves the executor's run().
+  void deliver(DeadlineEntry* e, std::uint64_t ticket);
   /// Destroys every pending operation (the execution context is shutting down).
   void shutdown() noexcept;
 

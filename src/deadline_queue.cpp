@@ -204,7 +204,7 @@ struct FireJob {
   DeadlineQueue* queue;
   DeadlineEntry* entry;
   std::uint64_t ticket;
-  void operator()() const noexcept { queue->deliver(entry, ticket); }
+  void operator()() const { queue->deliver(entry, ticket); }
 };
 
 }  // namespace
@@ -250,9 +250,10 @@ void DeadlineQueue::abandon() noexcept {
   timer_waiting_ = false;
 }
 
-void DeadlineQueue::deliver(DeadlineEntry* target, std::uint64_t ticket) noexcept {
+void DeadlineQueue::deliver(DeadlineEntry* target, std::uint64_t ticket) {
   CallBase* call = nullptr;
   std::size_t index = 0;
+  DeadlineEntry::Fire fire = nullptr;
   {
     std::lock_guard lock(mutex_);
     for (DeadlineEntry* e = firing_head_; e != nullptr; e = e->next) {
@@ -261,13 +262,19 @@ void DeadlineQueue::deliver(DeadlineEntry* target, std::uint64_t ticket) noexcep
       e->state = DeadlineEntry::State::fired;
       call = e->call;
       index = e->index;
+      fire = e->fire;
       break;
     }
   }
   // Outside the lock: the cancellation may complete the operation inline, and the execution then
   // runs on (its timeout disarms through this queue) or ends before cancel_inner returns. Nothing
   // else can end it meanwhile: this job runs on the execution's executor, serialised with it.
-  if (call != nullptr) call->cancel_inner(index, boost::asio::cancellation_type::terminal);
+  if (call == nullptr) return;
+  if (fire != nullptr) {
+    fire(*call, index);
+  } else {
+    call->cancel_inner(index, boost::asio::cancellation_type::terminal);
+  }
 }
 
 void DeadlineQueue::shutdown() noexcept {

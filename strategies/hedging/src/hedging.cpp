@@ -1,0 +1,166 @@
+#include <kevlar/detail/deadline_queue.hpp>
+#include <kevlar/detail/duration_format.hpp>
+#include <kevlar/hedging.hpp>
+
+#include <new>
+#include <sstream>
+#include <stdexcept>
+#include <type_traits>
+
+namespace kevlar {
+
+/// The hedge's per-execution state: its stagger, armed through the deadline service.
+struct HedgeStrategy::Frame {
+  Frame() noexcept {}  // `entry` is constructed when the stagger is first armed
+  ~Frame() {}
+  Frame(const Frame&) = delete;
+  Frame& operator=(const Frame&) = delete;
+
+  union {
+    detail::DeadlineEntry entry;  // trivially destructible: nothing to end
+  };
+  bool armed = false;
+};
+static_assert(std::is_trivially_destructible_v<detail::DeadlineEntry>);
+
+namespace {
+
+bool finite_stagger(Clock::duration delay) noexcept {
+  return delay != Clock::duration::zero() && delay != HedgeOptions::infinite_delay;
+}
+
+}  // namespace
+
+HedgeStrategy::HedgeStrategy(HedgeOptions options) : options_(std::move(options)) {
+  if (options_.max_attempts < 1 || options_.max_attempts > HedgeOptions::max_max_attempts) {
+    throw std::invalid_argument("kevlar::HedgeOptions::max_attempts must be between 1 and " +
+                                std::to_string(HedgeOptions::max_max_attempts) + " (got " +
+                                std::to_string(options_.max_attempts) + ")");
+  }
+  const Clock::duration d = options_.delay;
+  if (d != HedgeOptions::infinite_delay && (d < Clock::duration::zero() || d > HedgeOptions::max_delay)) {
+    std::ostringstream msg;
+    msg << "kevlar::HedgeOptions::delay must be between 0 and "
+        << std::chrono::duration_cast<std::chrono::milliseconds>(HedgeOptions::max_delay).count()
+        << " ms, or HedgeOptions::infinite_delay (got "
+        << std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() << " ns)";
+    throw std::invalid_argument(msg.str());
+  }
+}
+
+std::string HedgeStrategy::describe() const {
+  return "Hedge(" + std::to_string(options_.max_attempts) + ", " +
+         detail::format_duration(options_.delay) + ")";
+}
+
+StrategyTraits HedgeStrategy::traits() const noexcept {
+  const bool racing = options_.max_attempts > 1;
+  StrategyTraits t;
+  t.role = StrategyRole::reactive;
+  t.frame_size = racing ? sizeof(Frame) : 0;
+  t.needs_executor = racing;  // the attempts' cancellation and the stagger run on the executor
+  t.asynchronous_only = racing;
+  return t;
+}
+
+Step HedgeStrategy::on_start(Layer& layer) {
+  if (options_.max_attempts == 1) return Step::run_inner;  // a pass-through, in any execution
+  Frame& f = *::new (layer.frame()) Frame;
+  layer.start_attempt();
+  if (options_.delay == Clock::duration::zero()) {
+    while (launch_next(layer)) {
+    }
+  } else {
+    arm_stagger(layer, f);
+  }
+  return parked(layer);
+}
+
+Step HedgeStrategy::on_inner_complete(Layer& layer) {
+  (void)layer;
+  return Step::complete;  // the pass-through of max_attempts == 1
+}
+
+Step HedgeStrategy::on_wait_complete(Layer& layer, const boost::system::error_code& ec) {
+  (void)ec;  // the stagger is never cancelled: it is disarmed
+  Frame& f = layer.frame_as<Frame>();
+  f.armed = false;  // it fired
+  if (launch_next(layer)) arm_stagger(layer, f);
+  return parked(layer);
+}
+
+Step HedgeStrategy::on_attempt_complete(Layer& layer, std::uint32_t attempt) {
+  (void)attempt;
+  if (!layer.handled()) return Step::complete;  // the winner: the others are cancelled
+  Frame& f = layer.frame_as<Frame>();
+  // A handled failure launches the next attempt at once; either way a fresh full delay starts.
+  launch_next(layer);
+  arm_stagger(layer, f);
+  return parked(layer);
+}
+
+void HedgeStrategy::on_finish(Layer& layer) noexcept {
+  if (options_.max_attempts == 1) return;
+  Frame& f = layer.frame_as<Frame>();
+  disarm(f);
+  f.~Frame();
+}
+
+Step HedgeStrategy::parked(Layer& layer) noexcept {
+  // Nothing left to report: the last outcome reported is the call's (every one was handled). An
+  // attempt that completed during its launch counts as running until it is reported.
+  return layer.attempts_running() == 0 ? Step::complete : Step::suspend;
+}
+
+bool HedgeStrategy::launch_next(Layer& layer) {
+  const std::uint32_t attempt = layer.attempts_started() + 1;
+  if (attempt > options_.max_attempts || layer.cancelled_from_outside()) return false;
+  if (options_.on_hedge) {
+    options_.on_hedge(HedgeEvent{attempt, layer.context()});
+    if (layer.cancelled_from_outside()) return false;  // cancelled inside the hook
+  }
+  layer.start_attempt([&](Context& context) {
+    if (options_.action_generator) options_.action_generator(HedgeActionArguments{attempt, context});
+    layer.emit(HedgeLaunched{attempt});
+  });
+  return true;
+}
+
+void HedgeStrategy::arm_stagger(Layer& layer, Frame& f) {
+  disarm(f);
+  if (!finite_stagger(options_.delay) || layer.attempts_started() >= options_.max_attempts ||
+      layer.cancelled_from_outside()) {
+    return;
+  }
+  ::new (static_cast<void*>(&f.entry)) detail::DeadlineEntry{};
+  f.entry.deadline = layer.clock().now() + options_.delay;
+  f.entry.call = layer.call();
+  f.entry.index = layer.index();
+  f.entry.fire = &HedgeStrategy::stagger_fired;
+  detail::deadline_queue_for(layer.executor(), layer.clock(), options_.delay).arm(f.entry);
+  f.armed = true;
+}
+
+void HedgeStrategy::stagger_fired(detail::CallBase& call, std::size_t index) {
+  (void)index;  // the execution is parked at the hedge's layer
+  call.wait_completed(boost::system::error_code());
+}
+
+void HedgeStrategy::disarm(Frame& f) noexcept {
+  if (!f.armed) return;
+  f.entry.queue->disarm(f.entry);
+  f.armed = false;
+}
+
+Shield Shield::hedge(std::uint32_t max_attempts, Clock::duration delay) const {
+  HedgeOptions options;
+  options.max_attempts = max_attempts;
+  options.delay = delay;
+  return hedge(options);
+}
+
+Shield Shield::hedge(const HedgeOptions& options) const {
+  return use(std::make_shared<HedgeStrategy>(options));
+}
+
+}  // namespace kevlar

@@ -1,0 +1,154 @@
+// The engine's attempts from a user's strategy: docs/strategy-interface.md's worked example,
+// compiled and run. Built-in and user strategies use the same interface.
+#include <pending_ops.hpp>
+
+#include <kevlar/kevlar.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <optional>
+#include <stdexcept>
+
+namespace kevlar {
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+class FirstOfTwo final : public kevlar::Strategy {
+ public:
+  std::string describe() const override { return "FirstOfTwo"; }
+  kevlar::StrategyTraits traits() const noexcept override {
+    kevlar::StrategyTraits t;
+    t.role = kevlar::StrategyRole::reactive;  // judges outcomes with the clause in force
+    t.needs_executor = true;
+    t.asynchronous_only = true;
+    return t;
+  }
+  kevlar::Step on_start(kevlar::Layer& layer) override {
+    layer.start_attempt();
+    layer.start_attempt();
+    return kevlar::Step::suspend;
+  }
+  kevlar::Step on_attempt_complete(kevlar::Layer& layer, std::uint32_t) override {
+    if (!layer.handled()) return kevlar::Step::complete;  // a success: the other is cancelled
+    // A handled failure: wait for the other one, or finish with this failure if it was the last.
+    return layer.attempts_running() == 0 ? kevlar::Step::complete : kevlar::Step::suspend;
+  }
+};
+
+struct UserAttempts : ::testing::Test {
+  asio::io_context ioc;
+  test::PendingOps ops;
+  std::optional<error_code> ec;
+  int value = 0;
+
+  void start(const Shield& shield) {
+    shield.execute_async(ops.attempt(), asio::bind_executor(ioc, [this](error_code e, int v) {
+                           ec = e;
+                           value = v;
+                         }));
+    ioc.poll();
+  }
+  void finish(std::size_t i, error_code e, int v = 0) {
+    ops.complete(i, e, v);
+    ioc.restart();
+    ioc.poll();
+  }
+};
+
+TEST_F(UserAttempts, TheFirstSuccessOfTwoWinsAndTheOtherIsCancelled) {
+  start(Shield{}.use(std::make_shared<FirstOfTwo>()));
+  ASSERT_EQ(ops.size(), 2u);
+  finish(1, {}, 11);
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_FALSE(*ec);
+  EXPECT_EQ(value, 11);
+  EXPECT_EQ(ops.at(0).cancellations.size(), 1u);
+  EXPECT_EQ(ops.pending(), 0u);
+}
+
+TEST_F(UserAttempts, TwoHandledFailuresEndWithTheLast) {
+  start(Shield{}.use(std::make_shared<FirstOfTwo>()));
+  finish(0, make_error_code(boost::system::errc::connection_refused));
+  EXPECT_FALSE(ec.has_value());
+  finish(1, make_error_code(boost::system::errc::connection_reset));
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_EQ(*ec, make_error_code(boost::system::errc::connection_reset));
+}
+
+/// Misuse the engine refuses: run_inner or wait while attempts run.
+class Misuse final : public kevlar::Strategy {
+ public:
+  explicit Misuse(Step next) : next_(next) {}
+  std::string describe() const override { return "Misuse"; }
+  kevlar::StrategyTraits traits() const noexcept override {
+    kevlar::StrategyTraits t;
+    t.needs_executor = true;
+    t.asynchronous_only = true;
+    return t;
+  }
+  kevlar::Step on_start(kevlar::Layer& layer) override {
+    layer.start_attempt();
+    if (next_ == Step::wait) layer.wait_for(std::chrono::seconds(1));
+    return next_;
+  }
+
+ private:
+  Step next_;
+};
+
+TEST_F(UserAttempts, RunInnerWhileAttemptsRunFailsThePositionAndCancelsThem) {
+  start(Shield{}.use(std::make_shared<Misuse>(Step::run_inner)));
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_EQ(*ec, make_error_code(errc::callback_exception)) << "a std::logic_error outcome";
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops.at(0).cancellations.size(), 1u);
+}
+
+TEST_F(UserAttempts, WaitWhileAttemptsRunFailsThePosition) {
+  start(Shield{}.use(std::make_shared<Misuse>(Step::wait)));
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_EQ(*ec, make_error_code(errc::callback_exception));
+}
+
+/// Starts an attempt from a synchronous execution (not declared asynchronous_only).
+class SyncStarter final : public kevlar::Strategy {
+ public:
+  std::string describe() const override { return "SyncStarter"; }
+  kevlar::Step on_start(kevlar::Layer& layer) override {
+    layer.start_attempt();
+    return kevlar::Step::suspend;
+  }
+};
+
+TEST(UserAttemptsSync, StartingAnAttemptInASynchronousExecutionThrows) {
+  EXPECT_THROW((void)Shield{}.use(std::make_shared<SyncStarter>()).execute([] { return 1; }),
+               std::logic_error);
+}
+
+TEST_F(UserAttempts, APrepareThatThrowsStartsNoAttempt) {
+  class Throwing final : public kevlar::Strategy {
+   public:
+    std::string describe() const override { return "Throwing"; }
+    kevlar::StrategyTraits traits() const noexcept override {
+      kevlar::StrategyTraits t;
+      t.needs_executor = true;
+      t.asynchronous_only = true;
+      return t;
+    }
+    kevlar::Step on_start(kevlar::Layer& layer) override {
+      layer.start_attempt([](Context&) { throw std::runtime_error("prepare"); });
+      return kevlar::Step::suspend;
+    }
+  };
+  start(Shield{}.use(std::make_shared<Throwing>()));
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_EQ(*ec, make_error_code(errc::callback_exception));
+  EXPECT_EQ(ops.size(), 0u);
+}
+
+}  // namespace
+}  // namespace kevlar
