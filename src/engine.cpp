@@ -158,8 +158,10 @@ void CallBase::run_steps(Step step) {
     switch (step) {
       case Step::run_inner: {
         if (depth_ == attempt_layer_) [[unlikely]] {
-          step = refuse_step_with_attempts(step);
-          continue;
+          if (!leave_parked_layer()) {
+            step = refuse_step_with_attempts(step);
+            continue;
+          }
         }
         const std::size_t next = depth_ + 1;  // no_layer + 1 wraps to 0
         if (next < n) {
@@ -167,7 +169,7 @@ void CallBase::run_steps(Step step) {
           step = dispatch_start(next);
           continue;
         }
-        if (n != first_ && past_deadline()) {
+        if (n != 0 && past_deadline()) {
           // An enclosing deadline passed while this execution waited: the attempt never starts,
           // and fails as the deadline owner's expiry would have cancelled it (the layers inside
           // the owner see a cancellation from outside, the owner its own).
@@ -177,6 +179,10 @@ void CallBase::run_steps(Step step) {
           }
           context_->cancel_requested_ = true;
           outcome_.set_error(boost::asio::error::operation_aborted);
+          if (n == first_) {  // an attempt of the innermost layer: it ends here
+            deliver();
+            return;
+          }
           depth_ = n - 1;
           step = dispatch_inner_complete(depth_);
           continue;
@@ -205,17 +211,28 @@ void CallBase::run_steps(Step step) {
         continue;
       case Step::wait:
         if (depth_ == attempt_layer_) [[unlikely]] {
-          step = refuse_step_with_attempts(step);
-          continue;
+          if (!leave_parked_layer()) {
+            step = refuse_step_with_attempts(step);
+            continue;
+          }
         }
         if (start_wait()) return;  // the timer's handler now owns the execution
         // Arming the timer threw: the layer failed with the exception.
         step = Step::complete;
         continue;
       case Step::suspend:
-        if (depth_ == attempt_layer_ && async_->attempts.done_head != nullptr) [[unlikely]] {
-          step = report_attempt();
-          continue;
+        if (depth_ == attempt_layer_) [[unlikely]] {
+          // The parked layer's callback returned: completions it caused were queued.
+          Attempts& a = async_->attempts;
+          a.busy = false;
+          if (a.abandoned) {
+            abandon_execution();  // an attempt's executor shut down meanwhile
+            return;
+          }
+          if (a.done_head != nullptr) {
+            step = report_attempt();
+            continue;
+          }
         }
         // The strategy's wait handler now owns the execution, or the parked layer's attempts do.
         return;
@@ -329,6 +346,8 @@ void CallBase::resume_after_operation() {
 void CallBase::resume_after_wait(const boost::system::error_code& ec) {
   step_completed();
   resumed_ = true;
+  // The parked layer's own wait (a hedge's stagger): completions during its callback are queued.
+  if (depth_ == attempt_layer_) [[unlikely]] async_->attempts.busy = true;
   Step step;
   {
     RunningScope scope(this);
@@ -443,7 +462,13 @@ std::uint32_t CallBase::start_attempt(std::size_t layer, PrepareAttempt prepare,
   if (attempt_layer_ != no_attempt_layer && attempt_layer_ != layer) {
     throw std::logic_error("kevlar: only one layer of an execution may run attempts at once");
   }
+  // From here until the layer's callback returns to the engine, completions are queued, not
+  // reported into the strategy (a cancellation emitted from a hook, a rejection inside).
+  Attempts& a = async_->attempts;
+  a.busy = true;
   CallBase* attempt = make_attempt(layer + 1);  // nothing changed if this throws
+  // Numbered in launch order: the attempt's operation runs as attempt `n + 1` of this execution.
+  attempt->context_->attempt_ = context_->attempt_;
   if (prepare != nullptr) {
     try {
       prepare(arg, *attempt->context_);
@@ -452,7 +477,7 @@ std::uint32_t CallBase::start_attempt(std::size_t layer, PrepareAttempt prepare,
       throw;
     }
   }
-  Attempts& a = async_->attempts;
+  ++context_->attempt_;
   AttemptNode& node = *attempt->node_;
   node.parent = this;
   node.id = a.started++;
@@ -462,20 +487,10 @@ std::uint32_t CallBase::start_attempt(std::size_t layer, PrepareAttempt prepare,
   *tail = &node;
   ++a.running_count;
   attempt_layer_ = layer;
-  // Numbers in launch order: the attempt's operation runs as attempt `n + 1` of this execution.
-  attempt->context_->attempt_ = context_->attempt_++;
   const std::uint32_t id = node.id;
-  // An attempt that completes during its launch (a rejection inside) is queued, not reported into
-  // the strategy that is launching it.
-  const bool was_busy = std::exchange(a.busy, true);
-  try {
-    attempt->run(Step::run_inner);
-  } catch (...) {
-    // Its operation's initiation threw with the handler alive: the handler owns the attempt.
-    a.busy = was_busy;
-    throw;
-  }
-  a.busy = was_busy;
+  // If its operation's initiation throws with the handler alive, the handler owns the attempt and
+  // the exception is the strategy's.
+  attempt->run(Step::run_inner);
   return id;
 }
 
@@ -522,7 +537,12 @@ void CallBase::forward_cancellation(boost::asio::cancellation_type type) noexcep
   Attempts& a = async_->attempts;
   const bool was_busy = a.busy;
   cancel_attempts(attempt_layer_, type);
-  if (was_busy || a.done_head == nullptr) return;
+  if (was_busy) return;  // the engine reports them when it gets back to the layer
+  if (a.abandoned) {
+    abandon_execution();
+    return;
+  }
+  if (a.done_head == nullptr) return;
   // Attempts completed inside their cancellation handlers: report them now (the parked layer
   // may complete the execution here, the last thing this call does with it). As for an operation
   // completing inside its cancellation handler, a completion handler that throws here ends the
@@ -545,7 +565,11 @@ void CallBase::attempt_completed(AttemptNode& node) {
 void CallBase::attempt_abandoned(AttemptNode& node) noexcept {
   Attempts& a = async_->attempts;
   unlink_running(a, node);
-  BOOST_ASSERT(!a.busy);  // abandonment comes from a handler destroyed outside the engine
+  --a.running_count;
+  if (a.busy) {
+    a.abandoned = true;  // the engine is inside the layer: it abandons when it gets back
+    return;
+  }
   abandon_execution();
 }
 
@@ -555,6 +579,7 @@ Step CallBase::report_attempt() {
   a.done_head = node->next_done;
   if (a.done_head == nullptr) a.done_tail = nullptr;
   --a.running_count;
+  a.busy = true;  // until on_attempt_complete returns to the engine
   CallBase* attempt = node->call;
   const std::uint32_t id = node->id;
   try {
@@ -568,28 +593,40 @@ Step CallBase::report_attempt() {
   return dispatch_attempt_complete(depth_, id);
 }
 
+bool CallBase::leave_parked_layer() noexcept {
+  if (async_->attempts.running_count != 0) return false;
+  release_attempts(false);  // every attempt was reported: the layer may go on as any other
+  return true;
+}
+
 void CallBase::release_attempts(bool cancel) noexcept {
   Attempts& a = async_->attempts;
-  AttemptNode* running = a.running;
-  AttemptNode* done = a.done_head;
+  // Cancel while they are still attached: one that completes inside (or completes another) is
+  // queued, and discarded below with the others that completed unreported.
+  a.busy = true;
+  if (cancel) {
+    for (;;) {
+      AttemptNode* n = a.running;
+      while (n != nullptr && n->cancelled_terminally) n = n->next;
+      if (n == nullptr) break;
+      n->cancelled_terminally = true;
+      n->call->cancel_from_caller(boost::asio::cancellation_type::terminal);
+    }
+  }
+  while (AttemptNode* done = a.done_head) {
+    a.done_head = done->next_done;
+    done->call->destroy();  // completed, never reported: its outcome is discarded
+  }
+  for (AttemptNode* running = a.running; running != nullptr;) {
+    AttemptNode* next = running->next;
+    running->next = nullptr;
+    running->parent = nullptr;  // from here on it ends on its own
+    running = next;
+  }
   const std::uint32_t epoch = a.epoch;
   a = Attempts{};
   a.epoch = epoch + 1;  // a cancellation of the next round never matches a stale one
   attempt_layer_ = no_attempt_layer;
-  while (done != nullptr) {
-    AttemptNode* next = done->next_done;
-    done->call->destroy();  // completed, never reported: its outcome is discarded
-    done = next;
-  }
-  while (running != nullptr) {
-    AttemptNode* next = running->next;
-    running->next = nullptr;
-    running->parent = nullptr;  // from here on it ends on its own
-    if (cancel && !running->cancelled_terminally) {
-      running->call->cancel_from_caller(boost::asio::cancellation_type::terminal);
-    }
-    running = next;
-  }
 }
 
 }  // namespace detail

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/system_executor.hpp>
 
+#include <future>
 #include <optional>
 #include <stdexcept>
 
@@ -127,6 +129,19 @@ class SyncStarter final : public kevlar::Strategy {
 TEST(UserAttemptsSync, StartingAnAttemptInASynchronousExecutionThrows) {
   EXPECT_THROW((void)Shield{}.use(std::make_shared<SyncStarter>()).execute([] { return 1; }),
                std::logic_error);
+}
+
+TEST(UserAttemptsExecutor, StartingAnAttemptForAHandlerWithoutAnExecutorFails) {
+  // SyncStarter does not declare needs_executor: the shield accepts the plain callback, and the
+  // engine refuses to start attempts that would complete on the system executor's threads.
+  test::PendingOps ops;
+  std::promise<error_code> got;
+  Shield{}.use(std::make_shared<SyncStarter>())
+      .execute_async(ops.attempt(), [&](error_code e, int) { got.set_value(e); });
+  // The completion runs on the system executor's thread: wait for it (an event, not a timer).
+  EXPECT_EQ(got.get_future().get(), make_error_code(errc::callback_exception))
+      << "a std::logic_error outcome";
+  EXPECT_EQ(ops.size(), 0u);
 }
 
 TEST_F(UserAttempts, APrepareThatThrowsStartsNoAttempt) {

@@ -57,7 +57,7 @@ class PendingOps {
   template <class Token>
   auto async_call(Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, int)>(
-        [this](auto handler) { start(std::move(handler)); }, token);
+        [self = this](auto handler) { self->start(std::move(handler)); }, token);
   }
 
   /// Completes call `i` with (ec, value), through its executor. Throws if it is already done.
@@ -78,6 +78,9 @@ class PendingOps {
   }
 
   bool complete_inside_cancellation = false;
+  /// A cancellation also completes every other pending call at once with `operation_aborted` (a
+  /// client that fails all its requests when one is cancelled).
+  bool cancel_fails_every_call = false;
 
  private:
   template <class Handler>
@@ -103,13 +106,28 @@ class PendingOps {
     if (slot.is_connected()) {
       Call* raw = call.get();
       slot.assign([this, raw](boost::asio::cancellation_type type) {
-        raw->cancellations.push_back(type);
-        if (raw->done) return;
-        raw->done = true;
-        raw->finish(boost::asio::error::operation_aborted, 0, complete_inside_cancellation);
+        // An inline completion clears the slot, destroying this handler: work from locals.
+        PendingOps* self = this;
+        Call* c = raw;
+        c->cancellations.push_back(type);
+        if (c->done) return;
+        c->done = true;
+        const bool inline_now = self->complete_inside_cancellation;
+        const bool all = self->cancel_fails_every_call;
+        c->finish(boost::asio::error::operation_aborted, 0, inline_now);
+        if (all) self->fail_all_pending();
       });
     }
     calls_.push_back(std::move(call));
+  }
+
+  void fail_all_pending() {
+    for (std::size_t i = 0; i < calls_.size(); ++i) {
+      Call& c = *calls_[i];
+      if (c.done) continue;
+      c.done = true;
+      c.finish(boost::asio::error::operation_aborted, 0, true);
+    }
   }
 
   std::vector<std::shared_ptr<Call>> calls_;

@@ -20,6 +20,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <tuple>
 #include <type_traits>
 #include <typeinfo>
@@ -458,6 +459,17 @@ class AsyncCall final : public CallBase {
 
   using Child = AttemptCall<Attempt, Sig, executor_type>;
   CallBase* make_attempt(std::size_t first) override {
+    // Attempts complete, and cancel each other, on the call's executor: without one they would
+    // race on the system executor's threads.
+    bool has_executor = has_own_executor<Handler>;
+    if constexpr (std::is_same_v<executor_type, boost::asio::any_io_executor>) {
+      has_executor = get_executor().template target<boost::asio::system_executor>() == nullptr;
+    }
+    if (!has_executor) {
+      throw std::logic_error(
+          "kevlar: Layer::start_attempt needs a completion handler with an associated executor "
+          "(declare StrategyTraits::needs_executor)");
+    }
     return Child::create(*this, first, get_executor(), keep_alive_);
   }
   void invoke_operation_for(CallBase& attempt) override {

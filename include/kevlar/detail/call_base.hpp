@@ -164,6 +164,8 @@ struct Attempts {
   /// The engine is inside the parked layer (a launch, a cancellation): a completion that happens
   /// meanwhile is queued and reported when the engine gets back to the layer.
   bool busy = false;
+  /// An attempt was abandoned while busy: the execution is abandoned once the engine is back.
+  bool abandoned = false;
 };
 
 /// What only an asynchronous execution needs to run its pending steps: the signal forwarding
@@ -442,6 +444,9 @@ class CallBase : private ClockWaiter {
   /// Forwards a cancellation to every running attempt of the parked layer.
   void forward_cancellation(boost::asio::cancellation_type type) noexcept;
   [[gnu::noinline]] Step refuse_step_with_attempts(Step step) noexcept;
+  /// The parked layer asks for run_inner or wait: allowed (the layer stops being parked) once
+  /// every attempt it started was reported.
+  bool leave_parked_layer() noexcept;
 
   // ClockWaiter (asynchronous Step::wait).
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept override {

@@ -114,10 +114,13 @@ Step HedgeStrategy::parked(Layer& layer) noexcept {
 
 bool HedgeStrategy::launch_next(Layer& layer) {
   const std::uint32_t attempt = layer.attempts_started() + 1;
-  if (attempt > options_.max_attempts || layer.cancelled_from_outside()) return false;
+  // Not once the call is cancelled, nor once an outer deadline has passed (its expiry may still
+  // be on its way: the stagger can fire first).
+  const auto stopped = [&] { return layer.cancelled_from_outside() || layer.context().cancelled(); };
+  if (attempt > options_.max_attempts || stopped()) return false;
   if (options_.on_hedge) {
     options_.on_hedge(HedgeEvent{attempt, layer.context()});
-    if (layer.cancelled_from_outside()) return false;  // cancelled inside the hook
+    if (stopped()) return false;  // cancelled inside the hook
   }
   layer.start_attempt([&](Context& context) {
     if (options_.action_generator) options_.action_generator(HedgeActionArguments{attempt, context});
@@ -129,7 +132,7 @@ bool HedgeStrategy::launch_next(Layer& layer) {
 void HedgeStrategy::arm_stagger(Layer& layer, Frame& f) {
   disarm(f);
   if (!finite_stagger(options_.delay) || layer.attempts_started() >= options_.max_attempts ||
-      layer.cancelled_from_outside()) {
+      layer.cancelled_from_outside() || layer.context().cancelled()) {
     return;
   }
   ::new (static_cast<void*>(&f.entry)) detail::DeadlineEntry{};
