@@ -1,5 +1,5 @@
 // The engine: one step loop drives every execution, synchronous or asynchronous.
-#include <kevlar/detail/call_base.hpp>
+#include <kevlar/detail/engine.hpp>
 #include <kevlar/detail/trampoline.hpp>
 #include <kevlar/strategy.hpp>
 
@@ -99,7 +99,7 @@ void CallBase::run(Step step) {
 }
 
 void CallBase::run_sync() {
-  // The synchronous trampoline: the steps of run_steps without the branches of pending
+  // The synchronous step loop: the steps of run_steps without the branches of pending
   // asynchronous steps (an operation's or a timer's handler owning the execution), and without
   // the thread-local marker, which only handlers of asynchronous steps read. Each layer runs in a
   // frame of its own (the depth is the C++ stack's, at most the pipeline's length).
@@ -281,7 +281,7 @@ bool CallBase::start_wait() {
   }
 }
 
-// ---- the trampoline ----------------------------------------------------------------------------
+// ---- the grant trampoline (detail/trampoline.hpp) ----------------------------------------------
 
 void TrampolineLevel::flush() noexcept {
   if (!owns_) return;

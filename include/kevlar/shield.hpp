@@ -5,7 +5,7 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/async_call.hpp>
-#include <kevlar/detail/call_base.hpp>
+#include <kevlar/detail/engine.hpp>
 #include <kevlar/detail/sync_call.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/observer.hpp>

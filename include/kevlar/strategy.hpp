@@ -5,7 +5,7 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/block_cache.hpp>
-#include <kevlar/detail/call_base.hpp>
+#include <kevlar/detail/engine.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
 

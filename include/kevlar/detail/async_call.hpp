@@ -2,7 +2,7 @@
 #pragma once
 
 #include <kevlar/detail/block_cache.hpp>
-#include <kevlar/detail/call_base.hpp>
+#include <kevlar/detail/engine.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/strategy.hpp>
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <kevlar/clock.hpp>
-#include <kevlar/detail/call_base.hpp>
+#include <kevlar/detail/engine.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/execution_context.hpp>

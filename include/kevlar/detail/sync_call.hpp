@@ -1,7 +1,7 @@
 // kevlar — internal: a synchronous execution (Shield::execute).
 #pragma once
 
-#include <kevlar/detail/call_base.hpp>
+#include <kevlar/detail/engine.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/strategy.hpp>

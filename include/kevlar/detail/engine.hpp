@@ -1,4 +1,6 @@
-// kevlar — internal: the type-independent part of one execution (the engine's trampoline).
+// kevlar — internal: the engine (src/engine.cpp): the type-independent part of one execution and
+// the step loop that drives it. ("Trampoline" in kevlar names only the grant trampoline of
+// detail/trampoline.hpp.)
 #pragma once
 
 #include <kevlar/clause.hpp>
