@@ -10,6 +10,9 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -541,6 +544,84 @@ TEST(HedgingExecutor, AHandlerWithoutAnExecutorIsRefused) {
   // The refusal runs on the system executor's thread: wait for it (an event, not a timer).
   EXPECT_EQ(got.get_future().get(), make_error_code(errc::executor_required));
   EXPECT_EQ(ops.size(), 0u);
+}
+
+// ---- other execution shapes ----------------------------------------------------------------
+
+TEST_F(Hedging, ACoroutineAwaitsAHedgedCall) {
+  std::optional<int> got;
+  const Shield shield = base().hedge(2, 1s);
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        got = co_await shield.execute_async(ops.attempt(), asio::use_awaitable);
+      },
+      asio::detached);
+  poll();
+  advance(1s);
+  ASSERT_EQ(ops.size(), 2u);
+  finish(1, {}, 6);
+  EXPECT_EQ(got, 6);
+  EXPECT_EQ(ops.at(0).cancellations, terminal_once());
+}
+
+TEST_F(Hedging, AnAwaitableFactoryIsHedgedAndItsLoserCoroutineStops) {
+  // Each attempt is a coroutine of its own; the loser's is cancelled through its spawn's slot and
+  // its pending operation completes with operation_aborted.
+  std::optional<int> got;
+  std::exception_ptr failure;
+  int finished_coroutines = 0;
+  const Shield shield = base().hedge(2, 0s);
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        try {
+          got = co_await shield.execute_async([&]() -> asio::awaitable<int> {
+            struct Count {
+              int* n;
+              ~Count() { ++*n; }
+            } count{&finished_coroutines};
+            co_return co_await ops.async_call(asio::use_awaitable);
+          });
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      },
+      asio::detached);
+  poll();
+  ASSERT_EQ(ops.size(), 2u);
+  finish(0, {}, 4);
+  EXPECT_EQ(got, 4);
+  EXPECT_FALSE(failure);
+  EXPECT_EQ(ops.at(1).cancellations, terminal_once());
+  EXPECT_EQ(finished_coroutines, 2) << "the loser's coroutine ran to its end";
+}
+
+TEST_F(Hedging, AnExceptionSignatureSurfacesTheLastHandledFailure) {
+  std::exception_ptr failure;
+  const Shield shield = base().hedge(2, 0s);
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        try {
+          (void)co_await shield.execute_async([&]() -> asio::awaitable<int> {
+            co_return co_await ops.async_call(asio::use_awaitable);
+          });
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      },
+      asio::detached);
+  poll();
+  ASSERT_EQ(ops.size(), 2u);
+  finish(0, down);
+  finish(1, reset);
+  ASSERT_TRUE(failure);
+  try {
+    std::rethrow_exception(failure);
+  } catch (const boost::system::system_error& e) {
+    EXPECT_EQ(e.code(), reset) << "the last to complete";
+  }
 }
 
 // ---- concurrency (ThreadSanitizer) --------------------------------------------------------
