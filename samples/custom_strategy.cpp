@@ -17,22 +17,21 @@ namespace {
 
 /// Re-runs the inner pipeline while the handling clause says the outcome is a failure, up to
 /// `retries` more times, waiting `pause` on the shield's clock in between.
-class LoggingRetry final : public kevlar::Strategy {
+class LoggingRetry final : public kevlar::BasicStrategy<LoggingRetry, int> {
  public:
   LoggingRetry(int retries, kevlar::Clock::duration pause) : retries_(retries), pause_(pause) {}
 
   std::string describe() const override { return "LoggingRetry(" + std::to_string(retries_) + ")"; }
   // Reactive: it judges outcomes with the clause in force where it was added. Its per-execution
-  // state (the retry count) lives in the frame the engine reserves for it.
-  kevlar::StrategyTraits traits() const noexcept override {
-    return {kevlar::StrategyRole::reactive, /*stateful=*/false, sizeof(int)};
+  // state, the retry count, is its typed frame: kevlar constructs it (0) before start() and
+  // destroys it after the last callback, and hands it to every callback.
+  kevlar::StrategyTraits strategy_traits() const noexcept {
+    kevlar::StrategyTraits t;
+    t.role = kevlar::StrategyRole::reactive;
+    return t;
   }
-  kevlar::Step on_start(kevlar::Layer& layer) override {
-    ::new (layer.frame()) int(0);
-    return kevlar::Step::run_inner;
-  }
-  kevlar::Step on_inner_complete(kevlar::Layer& layer) override {
-    int& retries = layer.frame_as<int>();
+  kevlar::Step start(kevlar::Layer&, int&) { return kevlar::Step::run_inner; }
+  kevlar::Step inner_complete(kevlar::Layer& layer, int& retries) {
     const bool failed = layer.handled();
     std::cout << "  attempt " << layer.context().attempt() << (failed ? " failed" : " done")
               << '\n';
@@ -42,8 +41,7 @@ class LoggingRetry final : public kevlar::Strategy {
     ++retries;
     return layer.wait_for(pause_);  // blocks a synchronous call, a timer for an asynchronous one
   }
-  kevlar::Step on_wait_complete(kevlar::Layer& layer,
-                                const boost::system::error_code& ec) override {
+  kevlar::Step wait_complete(kevlar::Layer& layer, int&, const boost::system::error_code& ec) {
     if (ec) {
       layer.outcome().set_error(ec);  // cancelled while waiting
       return kevlar::Step::complete;

@@ -103,19 +103,17 @@ Failure failure_of_outcome(OutcomeRef outcome) noexcept {
 namespace {
 
 /// Layer 0 of an observed shield: measures the execution and emits ExecutionFinished.
-class ExecutionObserver final : public Strategy {
+/// Its frame is the time the execution started.
+class ExecutionObserver final : public BasicStrategy<ExecutionObserver, Clock::time_point> {
  public:
   [[nodiscard]] std::string describe() const override { return "(observer)"; }
-  [[nodiscard]] StrategyTraits traits() const noexcept override {
-    return {StrategyRole::proactive, false, sizeof(Clock::time_point), false};
-  }
-  Step on_start(Layer& layer) override {
+  Step start(Layer& layer, Clock::time_point& started) {
     (*layer.call()->pipeline().observers)->ensure_announced();
-    ::new (layer.frame()) Clock::time_point(layer.clock().now());
+    started = layer.clock().now();
     return Step::run_inner;
   }
-  Step on_inner_complete(Layer& layer) override {
-    const Clock::time_point start = layer.frame_as<Clock::time_point>();
+  Step inner_complete(Layer& layer, Clock::time_point& started) {
+    const Clock::time_point start = started;
     ExecutionFinished e;
     const OutcomeRef outcome = layer.outcome();
     e.success = outcome.has_value();

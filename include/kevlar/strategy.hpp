@@ -356,4 +356,71 @@ class Strategy {
   virtual void on_finish(Layer& layer) noexcept { (void)layer; }
 };
 
+/// A strategy whose per-execution state is a typed `Frame`: the base constructs it
+/// (value-initialised) in the layer's storage before the first callback, hands `Frame&` to every
+/// callback, and destroys it after the last, also when the execution is abandoned. The strategy
+/// never touches raw storage, and no frame outlives its execution.
+///
+/// `Derived` (CRTP) defines, as public non-virtual members, the callbacks it needs; the others
+/// default as Strategy's do:
+/// ```
+/// Step start(Layer&, Frame&);                                     // required: on_start
+/// Step inner_complete(Layer&, Frame&);                            // on_inner_complete
+/// Step wait_complete(Layer&, Frame&, const error_code&);          // on_wait_complete
+/// Step attempt_complete(Layer&, Frame&, std::uint32_t attempt);   // on_attempt_complete
+/// void finish(Layer&, Frame&) noexcept;                           // on_finish, before ~Frame
+/// StrategyTraits strategy_traits() const noexcept;                // traits(); frame_size is set
+/// ```
+/// The calls are static (no virtual call beyond the engine's own). `Frame` must be
+/// default-constructible, nothrow-destructible and not over-aligned; where the strategy's
+/// callbacks are defined, it must be a complete type.
+template <class Derived, class FrameT>
+class BasicStrategy : public Strategy {
+  static_assert(std::is_default_constructible_v<FrameT> && std::is_nothrow_destructible_v<FrameT>,
+                "a strategy frame is constructed and destroyed by kevlar");
+  static_assert(alignof(FrameT) <= alignof(std::max_align_t), "over-aligned strategy frame");
+
+ public:
+  /// The frame type, visible to Derived as `Frame`.
+  using Frame = FrameT;
+
+  [[nodiscard]] StrategyTraits traits() const noexcept final {
+    StrategyTraits t = derived().strategy_traits();
+    t.frame_size = sizeof(Frame);
+    return t;
+  }
+  Step on_start(Layer& layer) final {
+    Frame& f = *::new (layer.frame()) Frame();
+    return derived().start(layer, f);
+  }
+  Step on_inner_complete(Layer& layer) final {
+    return derived().inner_complete(layer, layer.frame_as<Frame>());
+  }
+  Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) final {
+    return derived().wait_complete(layer, layer.frame_as<Frame>(), ec);
+  }
+  Step on_attempt_complete(Layer& layer, std::uint32_t attempt) final {
+    return derived().attempt_complete(layer, layer.frame_as<Frame>(), attempt);
+  }
+  void on_finish(Layer& layer) noexcept final {
+    Frame& f = layer.frame_as<Frame>();
+    derived().finish(layer, f);
+    f.~Frame();
+  }
+
+  // The defaults, hidden by Derived's own.
+  [[nodiscard]] StrategyTraits strategy_traits() const noexcept { return {}; }
+  Step inner_complete(Layer&, Frame&) { return Step::complete; }
+  Step wait_complete(Layer&, Frame&, const boost::system::error_code&) { return Step::complete; }
+  Step attempt_complete(Layer&, Frame&, std::uint32_t) { return Step::complete; }
+  void finish(Layer&, Frame&) noexcept {}
+
+ protected:
+  BasicStrategy() = default;
+
+ private:
+  Derived& derived() noexcept { return static_cast<Derived&>(*this); }
+  const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
+};
+
 }  // namespace kevlar

@@ -81,17 +81,20 @@ TEST_F(UserAttempts, TwoHandledFailuresEndWithTheLast) {
   EXPECT_EQ(*ec, make_error_code(boost::system::errc::connection_reset));
 }
 
+/// What a strategy racing attempts declares (the tests' strategies below).
+kevlar::StrategyTraits racing_traits() noexcept {
+  kevlar::StrategyTraits t;
+  t.needs_executor = true;
+  t.asynchronous_only = true;
+  return t;
+}
+
 /// Misuse the engine refuses: run_inner or wait while attempts run.
 class Misuse final : public kevlar::Strategy {
  public:
   explicit Misuse(Step next) : next_(next) {}
   std::string describe() const override { return "Misuse"; }
-  kevlar::StrategyTraits traits() const noexcept override {
-    kevlar::StrategyTraits t;
-    t.needs_executor = true;
-    t.asynchronous_only = true;
-    return t;
-  }
+  kevlar::StrategyTraits traits() const noexcept override { return racing_traits(); }
   kevlar::Step on_start(kevlar::Layer& layer) override {
     layer.start_attempt();
     if (next_ == Step::wait) layer.wait_for(std::chrono::seconds(1));
@@ -148,12 +151,7 @@ TEST_F(UserAttempts, APrepareThatThrowsStartsNoAttempt) {
   class Throwing final : public kevlar::Strategy {
    public:
     std::string describe() const override { return "Throwing"; }
-    kevlar::StrategyTraits traits() const noexcept override {
-      kevlar::StrategyTraits t;
-      t.needs_executor = true;
-      t.asynchronous_only = true;
-      return t;
-    }
+    kevlar::StrategyTraits traits() const noexcept override { return racing_traits(); }
     kevlar::Step on_start(kevlar::Layer& layer) override {
       layer.start_attempt([](Context&) { throw std::runtime_error("prepare"); });
       return kevlar::Step::suspend;

@@ -171,6 +171,46 @@ class ExecutorAttemptHandler : public AttemptHandler<Call> {
   [[nodiscard]] executor_type get_executor() const noexcept { return this->call_->get_executor(); }
 };
 
+/// The unit an execution's block is allocated in: the execution object, then the layers' frames.
+using ExecutionBlock = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
+
+/// Blocks for an execution object of type T followed by `frame_bytes` of frames; `head` is the
+/// number of blocks the object takes.
+template <class T>
+struct BlockLayout {
+  static constexpr std::size_t head =
+      (sizeof(T) + sizeof(ExecutionBlock) - 1) / sizeof(ExecutionBlock);
+  static std::size_t blocks(std::size_t frame_bytes) noexcept {
+    return head + (frame_bytes + sizeof(ExecutionBlock) - 1) / sizeof(ExecutionBlock);
+  }
+};
+
+/// Destroys the execution `self` and frees its `blocks` blocks with (a rebound copy of) `alloc`.
+template <class T, class Alloc>
+void destroy_execution(T* self, const Alloc& alloc, std::size_t blocks) noexcept {
+  using BlockAlloc =
+      typename std::allocator_traits<Alloc>::template rebind_alloc<ExecutionBlock>;
+  BlockAlloc a(alloc);
+  void* mem = self;
+  self->~T();
+  std::allocator_traits<BlockAlloc>::deallocate(a, static_cast<ExecutionBlock*>(mem), blocks);
+}
+
+/// The io_context whose plain executor `ex` is (CallBase::trampoline_context), or nullptr.
+template <class Executor>
+const void* trampoline_context_of(const Executor& ex) noexcept {
+  using IoEx = boost::asio::io_context::executor_type;
+  if constexpr (std::is_same_v<Executor, IoEx>) {
+    return &ex.context();
+  } else if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
+    const IoEx* io = ex.template target<IoEx>();
+    return io != nullptr ? &io->context() : nullptr;
+  } else {
+    (void)ex;
+    return nullptr;
+  }
+}
+
 /// Copies what an outcome says (not where its values live) from an attempt's outcome.
 inline void adopt_result(OutcomeState& to, const OutcomeState& from) {
   to.kind = from.kind;
@@ -199,19 +239,16 @@ class AttemptCall final : public CallBase {
   /// Allocates an attempt of `parent` running the layers from `first` on (not started yet).
   static AttemptCall* create(CallBase& parent, std::size_t first, Executor ex,
                              const std::shared_ptr<const void>& keep_alive) {
-    using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
-    using BlockAlloc = CachingAllocator<Block>;
-    const PipelineView& pipeline = parent.pipeline();
-    const std::size_t head = (sizeof(AttemptCall) + sizeof(Block) - 1) / sizeof(Block);
-    const std::size_t blocks = head + (pipeline.frame_bytes + sizeof(Block) - 1) / sizeof(Block);
-    BlockAlloc alloc;
-    Block* mem = std::allocator_traits<BlockAlloc>::allocate(alloc, blocks);
-    auto* frames = reinterpret_cast<std::byte*>(mem + head);
+    using Layout = BlockLayout<AttemptCall>;
+    CachingAllocator<ExecutionBlock> alloc;
+    const std::size_t blocks = Layout::blocks(parent.pipeline().frame_bytes);
+    ExecutionBlock* mem = alloc.allocate(blocks);
+    auto* frames = reinterpret_cast<std::byte*>(mem + Layout::head);
     try {
       return ::new (static_cast<void*>(mem))
           AttemptCall(parent, first, frames, std::move(ex), keep_alive, blocks);
     } catch (...) {
-      std::allocator_traits<BlockAlloc>::deallocate(alloc, mem, blocks);
+      alloc.deallocate(mem, blocks);
       throw;
     }
   }
@@ -228,15 +265,7 @@ class AttemptCall final : public CallBase {
     return boost::asio::any_io_executor(ex_);
   }
   [[nodiscard]] const void* trampoline_context() const noexcept override {
-    using IoEx = boost::asio::io_context::executor_type;
-    if constexpr (std::is_same_v<executor_type, IoEx>) {
-      return &ex_.context();
-    } else if constexpr (std::is_same_v<executor_type, boost::asio::any_io_executor>) {
-      const IoEx* io = ex_.template target<IoEx>();
-      return io != nullptr ? &io->context() : nullptr;
-    } else {
-      return nullptr;
-    }
+    return trampoline_context_of(ex_);
   }
 
   CallBase* make_attempt(std::size_t first) override {
@@ -296,13 +325,7 @@ class AttemptCall final : public CallBase {
 
   void destroy() noexcept override {
     trampoline_forget(static_cast<const CallBase*>(this));
-    using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
-    using BlockAlloc = CachingAllocator<Block>;
-    BlockAlloc alloc;
-    const std::size_t blocks = blocks_;
-    void* mem = this;
-    this->~AttemptCall();
-    std::allocator_traits<BlockAlloc>::deallocate(alloc, static_cast<Block*>(mem), blocks);
+    destroy_execution(this, allocator_type(), blocks_);
   }
 
   std::shared_ptr<const void> keep_alive_;  ///< the pipeline outlives the attempt
@@ -351,13 +374,13 @@ class AsyncCall final : public CallBase {
         return;
       }
     }
-    using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
-    using BlockAlloc = typename std::allocator_traits<allocator_type>::template rebind_alloc<Block>;
-    const std::size_t head = (sizeof(AsyncCall) + sizeof(Block) - 1) / sizeof(Block);
-    const std::size_t blocks = head + (pipeline.frame_bytes + sizeof(Block) - 1) / sizeof(Block);
+    using Layout = BlockLayout<AsyncCall>;
+    using BlockAlloc =
+        typename std::allocator_traits<allocator_type>::template rebind_alloc<ExecutionBlock>;
+    const std::size_t blocks = Layout::blocks(pipeline.frame_bytes);
     BlockAlloc alloc(allocator_of(handler));
-    Block* mem = std::allocator_traits<BlockAlloc>::allocate(alloc, blocks);
-    auto* frames = reinterpret_cast<std::byte*>(mem + head);
+    ExecutionBlock* mem = std::allocator_traits<BlockAlloc>::allocate(alloc, blocks);
+    auto* frames = reinterpret_cast<std::byte*>(mem + Layout::head);
     AsyncCall* call;
     try {
       call = ::new (static_cast<void*>(mem)) AsyncCall(
@@ -407,16 +430,7 @@ class AsyncCall final : public CallBase {
     return boost::asio::any_io_executor(get_executor());
   }
   [[nodiscard]] const void* trampoline_context() const noexcept override {
-    using IoEx = boost::asio::io_context::executor_type;
-    if constexpr (std::is_same_v<executor_type, IoEx>) {
-      return &get_executor().context();
-    } else if constexpr (std::is_same_v<executor_type, boost::asio::any_io_executor>) {
-      const executor_type ex = get_executor();
-      const IoEx* io = ex.template target<IoEx>();
-      return io != nullptr ? &io->context() : nullptr;
-    } else {
-      return nullptr;
-    }
+    return trampoline_context_of(get_executor());
   }
 
  private:
@@ -528,14 +542,8 @@ class AsyncCall final : public CallBase {
   void destroy() noexcept override {
     // A trampoline level this execution opened can no longer ask it.
     trampoline_forget(static_cast<const CallBase*>(this));
-    using Block = std::aligned_storage_t<sizeof(std::max_align_t), alignof(std::max_align_t)>;
-    using BlockAlloc = typename std::allocator_traits<allocator_type>::template rebind_alloc<Block>;
     if (caller_slot_.is_connected()) caller_slot_.clear();
-    BlockAlloc alloc(get_allocator());
-    const std::size_t blocks = blocks_;
-    void* mem = this;
-    this->~AsyncCall();
-    std::allocator_traits<BlockAlloc>::deallocate(alloc, static_cast<Block*>(mem), blocks);
+    destroy_execution(this, get_allocator(), blocks_);
   }
 
   std::shared_ptr<const void> keep_alive_;  ///< the pipeline outlives the execution

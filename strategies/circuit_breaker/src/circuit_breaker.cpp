@@ -538,11 +538,7 @@ void CircuitBreakerCore::deliver(std::uint64_t ticket) {
 
 namespace {
 
-/// Per-execution data: how the call was admitted and whether its outcome was recorded.
-struct Frame {
-  CircuitBreakerCore::Admission admission;
-  bool settled = true;
-};
+using Frame = detail::BreakerFrame;
 
 }  // namespace
 
@@ -568,8 +564,11 @@ std::string CircuitBreaker::describe() const {
   return s + ")";
 }
 
-StrategyTraits CircuitBreaker::traits() const noexcept {
-  return {StrategyRole::reactive, /*stateful=*/true, sizeof(Frame), false};
+StrategyTraits CircuitBreaker::strategy_traits() const noexcept {
+  StrategyTraits t;
+  t.role = StrategyRole::reactive;
+  t.stateful = true;
+  return t;
 }
 
 detail::TransitionSource CircuitBreaker::transition_source(const Layer& layer) const noexcept {
@@ -578,8 +577,8 @@ detail::TransitionSource CircuitBreaker::transition_source(const Layer& layer) c
   return s;
 }
 
-Step CircuitBreaker::on_start(Layer& layer) {
-  Frame* f = ::new (layer.frame()) Frame{};
+Step CircuitBreaker::start(Layer& layer, Frame& frame) {
+  Frame* f = &frame;
   if (core_.try_admit_closed()) return Step::run_inner;
   const CircuitBreakerCore::Admission a = [&] {
     const detail::TransitionScope transitions(transition_source(layer));  // open -> half-open
@@ -602,8 +601,7 @@ Step CircuitBreaker::on_start(Layer& layer) {
   return Step::run_inner;
 }
 
-Step CircuitBreaker::on_inner_complete(Layer& layer) {
-  Frame& f = layer.frame_as<Frame>();
+Step CircuitBreaker::inner_complete(Layer& layer, Frame& f) {
   f.settled = true;
   if (layer.handled()) {
     const detail::TransitionScope transitions(transition_source(layer));  // may open
@@ -630,10 +628,9 @@ Step CircuitBreaker::on_inner_complete(Layer& layer) {
   return Step::complete;
 }
 
-void CircuitBreaker::on_finish(Layer& layer) noexcept {
-  Frame& f = layer.frame_as<Frame>();
+void CircuitBreaker::finish(Layer& layer, Frame& f) noexcept {
+  (void)layer;
   if (!f.settled) core_.release(f.admission);  // abandoned, or failed before recording
-  f.~Frame();
 }
 
 // ---- Shield entry points

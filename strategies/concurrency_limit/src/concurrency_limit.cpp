@@ -11,17 +11,8 @@
 namespace kevlar {
 namespace {
 
-/// Where an execution stands at this position.
-enum class Phase : unsigned char {
-  acquiring,  ///< no permit yet (or waiting in the queue)
-  holding,    ///< owns a permit
-  rejecting,  ///< rejected; the asynchronous rejection hook is running
-};
-
-struct Frame {
-  Phase phase = Phase::acquiring;
-  std::exception_ptr hook_failure;
-};
+using Frame = detail::LimiterFrame;
+using Phase = Frame::Phase;
 
 LimiterLedger::count_type checked(int value, int min, const char* name) {
   if (value < min || static_cast<long long>(value) > LimiterLedger::max_count) {
@@ -47,8 +38,10 @@ std::string ConcurrencyLimitStrategy::describe() const {
   return s + ")";
 }
 
-StrategyTraits ConcurrencyLimitStrategy::traits() const noexcept {
-  return {StrategyRole::proactive, true, sizeof(Frame), false};
+StrategyTraits ConcurrencyLimitStrategy::strategy_traits() const noexcept {
+  StrategyTraits t;
+  t.stateful = true;
+  return t;
 }
 
 ConcurrencyLimitState ConcurrencyLimitStrategy::state() const noexcept {
@@ -63,8 +56,7 @@ ConcurrencyLimitState ConcurrencyLimitStrategy::state() const noexcept {
   layer.emit(LimiterStateChanged{s.running, s.queued});
 }
 
-Step ConcurrencyLimitStrategy::on_start(Layer& layer) {
-  Frame& f = *::new (layer.frame()) Frame{};
+Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
   if (semaphore_.try_acquire()) {  // the uncontended path: one CAS
     f.phase = Phase::holding;
     if (layer.wants<LimiterStateChanged>()) emit_state(layer);
@@ -94,8 +86,8 @@ Step ConcurrencyLimitStrategy::on_start(Layer& layer) {
   return Step::suspend;  // the queue owns the execution until the grant (or its abort)
 }
 
-Step ConcurrencyLimitStrategy::on_wait_complete(Layer& layer, const boost::system::error_code& ec) {
-  Frame& f = layer.frame_as<Frame>();
+Step ConcurrencyLimitStrategy::wait_complete(Layer& layer, Frame& f,
+                                            const boost::system::error_code& ec) {
   if (f.phase == Phase::rejecting) {  // the asynchronous rejection hook finished
     if (f.hook_failure) {
       layer.outcome().set_exception(f.hook_failure);
@@ -149,18 +141,16 @@ Step ConcurrencyLimitStrategy::reject(Layer& layer) {
   return Step::suspend;
 }
 
-Step ConcurrencyLimitStrategy::on_inner_complete(Layer& layer) {
-  Frame& f = layer.frame_as<Frame>();
+Step ConcurrencyLimitStrategy::inner_complete(Layer& layer, Frame& f) {
   f.phase = Phase::acquiring;
   semaphore_.release();  // one CAS, or a handoff to the oldest waiter
   if (layer.wants<LimiterStateChanged>()) emit_state(layer);
   return Step::complete;
 }
 
-void ConcurrencyLimitStrategy::on_finish(Layer& layer) noexcept {
-  Frame& f = layer.frame_as<Frame>();
+void ConcurrencyLimitStrategy::finish(Layer& layer, Frame& f) noexcept {
+  (void)layer;
   if (f.phase == Phase::holding) semaphore_.release();  // abandoned while holding
-  f.~Frame();
 }
 
 Shield Shield::concurrency_limit(int max_concurrency, int max_queue) const {

@@ -9,18 +9,6 @@
 
 namespace kevlar {
 
-/// The hedge's per-execution state: its stagger, armed through the deadline service.
-struct HedgeStrategy::Frame {
-  Frame() noexcept {}  // `entry` is constructed when the stagger is first armed
-  ~Frame() {}
-  Frame(const Frame&) = delete;
-  Frame& operator=(const Frame&) = delete;
-
-  union {
-    detail::DeadlineEntry entry;  // trivially destructible: nothing to end
-  };
-  bool armed = false;
-};
 static_assert(std::is_trivially_destructible_v<detail::DeadlineEntry>);
 
 namespace {
@@ -53,19 +41,17 @@ std::string HedgeStrategy::describe() const {
          detail::format_duration(options_.delay) + ")";
 }
 
-StrategyTraits HedgeStrategy::traits() const noexcept {
+StrategyTraits HedgeStrategy::strategy_traits() const noexcept {
   const bool racing = options_.max_attempts > 1;
   StrategyTraits t;
   t.role = StrategyRole::reactive;
-  t.frame_size = racing ? sizeof(Frame) : 0;
   t.needs_executor = racing;  // the attempts' cancellation and the stagger run on the executor
   t.asynchronous_only = racing;
   return t;
 }
 
-Step HedgeStrategy::on_start(Layer& layer) {
+Step HedgeStrategy::start(Layer& layer, Frame& f) {
   if (options_.max_attempts == 1) return Step::run_inner;  // a pass-through, in any execution
-  Frame& f = *::new (layer.frame()) Frame;
   layer.start_attempt();
   if (options_.delay == Clock::duration::zero()) {
     while (launch_next(layer)) {
@@ -76,34 +62,31 @@ Step HedgeStrategy::on_start(Layer& layer) {
   return parked(layer);
 }
 
-Step HedgeStrategy::on_inner_complete(Layer& layer) {
+Step HedgeStrategy::inner_complete(Layer& layer, Frame& f) {
   (void)layer;
+  (void)f;
   return Step::complete;  // the pass-through of max_attempts == 1
 }
 
-Step HedgeStrategy::on_wait_complete(Layer& layer, const boost::system::error_code& ec) {
+Step HedgeStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
   (void)ec;  // the stagger is never cancelled: it is disarmed
-  Frame& f = layer.frame_as<Frame>();
   f.armed = false;  // it fired
   if (launch_next(layer)) arm_stagger(layer, f);
   return parked(layer);
 }
 
-Step HedgeStrategy::on_attempt_complete(Layer& layer, std::uint32_t attempt) {
+Step HedgeStrategy::attempt_complete(Layer& layer, Frame& f, std::uint32_t attempt) {
   (void)attempt;
   if (!layer.handled()) return Step::complete;  // the winner: the others are cancelled
-  Frame& f = layer.frame_as<Frame>();
   // A handled failure launches the next attempt at once; either way a fresh full delay starts.
   launch_next(layer);
   arm_stagger(layer, f);
   return parked(layer);
 }
 
-void HedgeStrategy::on_finish(Layer& layer) noexcept {
-  if (options_.max_attempts == 1) return;
-  Frame& f = layer.frame_as<Frame>();
+void HedgeStrategy::finish(Layer& layer, Frame& f) noexcept {
+  (void)layer;
   disarm(f);
-  f.~Frame();
 }
 
 Step HedgeStrategy::parked(Layer& layer) noexcept {

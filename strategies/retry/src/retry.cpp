@@ -220,17 +220,19 @@ std::string RetryStrategy::describe() const {
   return out;
 }
 
-StrategyTraits RetryStrategy::traits() const noexcept {
-  return {StrategyRole::reactive, false, sizeof(int), false};
+StrategyTraits RetryStrategy::strategy_traits() const noexcept {
+  StrategyTraits t;
+  t.role = StrategyRole::reactive;
+  return t;
 }
 
-Step RetryStrategy::on_start(Layer& layer) {
-  ::new (layer.frame()) int(0);  // retries used by this execution
+Step RetryStrategy::start(Layer& layer, int& used) {
+  (void)layer;
+  (void)used;  // value-initialised: no retry used yet
   return Step::run_inner;
 }
 
-Step RetryStrategy::on_inner_complete(Layer& layer) {
-  int& used = layer.frame_as<int>();
+Step RetryStrategy::inner_complete(Layer& layer, int& used) {
   if (used >= options_.max_retries || !layer.handled()) {
     return Step::complete;  // the outcome (the last failure, or a success) surfaces unchanged
   }
@@ -260,7 +262,8 @@ Step RetryStrategy::retry(Layer& layer, int& used) {
   return Step::run_inner;
 }
 
-Step RetryStrategy::on_wait_complete(Layer& layer, const boost::system::error_code& ec) {
+Step RetryStrategy::wait_complete(Layer& layer, int& used, const boost::system::error_code& ec) {
+  (void)used;
   if (ec) {
     layer.outcome().set_error(ec);
     return Step::complete;

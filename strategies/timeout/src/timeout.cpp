@@ -12,21 +12,7 @@
 namespace kevlar {
 namespace {
 
-struct Frame {
-  Frame() noexcept {}  // `entry` is constructed only by an asynchronous execution, when it arms
-  ~Frame() {}
-  Frame(const Frame&) = delete;
-  Frame& operator=(const Frame&) = delete;
-
-  union {
-    detail::DeadlineEntry entry;  // trivially destructible: nothing to end
-  };
-  detail::CallBase::SavedDeadline previous;  ///< the context's deadline before this one
-  Clock::time_point deadline{};
-  Clock::duration budget{};
-  bool armed = false;
-  bool deadline_set = false;
-};
+using Frame = detail::TimeoutFrame;
 static_assert(std::is_trivially_destructible_v<detail::DeadlineEntry>);
 
 Clock::duration validated(Clock::duration d, const char* what) {
@@ -68,12 +54,13 @@ std::string TimeoutStrategy::describe() const {
   return "Timeout(" + detail::format_duration(options_.timeout) + ")";
 }
 
-StrategyTraits TimeoutStrategy::traits() const noexcept {
-  return {StrategyRole::proactive, false, sizeof(Frame), /*needs_executor=*/true};
+StrategyTraits TimeoutStrategy::strategy_traits() const noexcept {
+  StrategyTraits t;
+  t.needs_executor = true;  // the expiry is delivered on the call's executor
+  return t;
 }
 
-Step TimeoutStrategy::on_start(Layer& layer) {
-  Frame& f = *::new (layer.frame()) Frame;
+Step TimeoutStrategy::start(Layer& layer, Frame& f) {
   const bool generated = static_cast<bool>(options_.timeout_generator);
   f.budget =
       generated ? validated(options_.timeout_generator(layer.context()), "timeout_generator result")
@@ -107,8 +94,7 @@ Step TimeoutStrategy::on_start(Layer& layer) {
   return Step::run_inner;
 }
 
-Step TimeoutStrategy::on_inner_complete(Layer& layer) {
-  Frame& f = layer.frame_as<Frame>();
+Step TimeoutStrategy::inner_complete(Layer& layer, Frame& f) {
   const Clock::time_point previous = f.previous.time;
   disarm(layer, f);
   if (layer.outcome().has_value()) return Step::complete;  // a success passes unchanged
@@ -135,11 +121,7 @@ Step TimeoutStrategy::on_inner_complete(Layer& layer) {
   return Step::complete;
 }
 
-void TimeoutStrategy::on_finish(Layer& layer) noexcept {
-  Frame& f = layer.frame_as<Frame>();
-  disarm(layer, f);
-  f.~Frame();
-}
+void TimeoutStrategy::finish(Layer& layer, Frame& f) noexcept { disarm(layer, f); }
 
 void TimeoutStrategy::release_idle_timers(boost::asio::execution_context& ctx) noexcept {
   detail::release_idle_deadline_timers(ctx);

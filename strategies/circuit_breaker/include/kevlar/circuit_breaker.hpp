@@ -328,6 +328,16 @@ class CircuitBreakerCore {
   std::vector<std::pair<std::uint64_t, std::exception_ptr>> observer_failures_;
   std::condition_variable delivered_;
 };
+namespace detail {
+
+/// A breaker's per-execution state, in its layer's frame: how the call was admitted and whether
+/// its outcome was recorded.
+struct BreakerFrame {
+  CircuitBreakerCore::Admission admission;
+  bool settled = true;
+};
+
+}  // namespace detail
 
 /// The circuit breaker strategy. Create it with CircuitBreaker::create (or Shield::circuit_breaker
 /// when no handle is needed), add it to shields with Shield::use, and keep the handle to observe
@@ -348,7 +358,7 @@ class CircuitBreakerCore {
 ///
 /// Thread-safety: one instance serves every execution of every shield it is part of; all members
 /// are thread-safe. Shields sharing the instance share the circuit.
-class CircuitBreaker final : public Strategy {
+class CircuitBreaker final : public BasicStrategy<CircuitBreaker, detail::BreakerFrame> {
  public:
   /// Creates a breaker (throws std::invalid_argument naming an invalid option).
   [[nodiscard]] static std::shared_ptr<CircuitBreaker> create(
@@ -381,13 +391,13 @@ class CircuitBreaker final : public Strategy {
   [[nodiscard]] std::string describe() const override;
   /// Reactive (judges outcomes with the clause in force where it was added), stateful (one
   /// instance per chain), with a small frame recording how the execution was admitted.
-  [[nodiscard]] StrategyTraits traits() const noexcept override;
+  [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
   /// Admits the execution (closed: no lock) or rejects it without running the inner part.
-  Step on_start(Layer& layer) override;
+  Step start(Layer& layer, Frame& f);
   /// Records the outcome: handled -> failure, cancelled from outside -> nothing, else success.
-  Step on_inner_complete(Layer& layer) override;
+  Step inner_complete(Layer& layer, Frame& f);
   /// Frees a probe slot the execution still holds (abandoned before its outcome was recorded).
-  void on_finish(Layer& layer) noexcept override;
+  void finish(Layer& layer, Frame& f) noexcept;
 
  private:
   /// The layer's transition source, bound to this breaker's core.

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -201,6 +202,22 @@ struct ConcurrencyLimitState {
   bool closed = false;
 };
 
+namespace detail {
+
+/// A concurrency limit's per-execution state, in its layer's frame.
+struct LimiterFrame {
+  /// Where an execution stands at this position.
+  enum class Phase : unsigned char {
+    acquiring,  ///< no permit yet (or waiting in the queue)
+    holding,    ///< owns a permit
+    rejecting,  ///< rejected; the asynchronous rejection hook is running
+  };
+  Phase phase = Phase::acquiring;
+  std::exception_ptr hook_failure;
+};
+
+}  // namespace detail
+
 /// Caps how many calls run at once (`max_concurrency`) and how many may wait (`max_queue`).
 ///
 /// Capacity is max_concurrency + max_queue; a call beyond it fails at once with
@@ -224,7 +241,8 @@ struct ConcurrencyLimitState {
 /// One instance is one set of permits: every shield containing it shares them (it is stateful;
 /// it may appear once per chain). Thread-safety: any number of concurrent executions, on any
 /// threads and executors.
-class ConcurrencyLimitStrategy final : public Strategy {
+class ConcurrencyLimitStrategy final
+    : public BasicStrategy<ConcurrencyLimitStrategy, detail::LimiterFrame> {
  public:
   /// Validates `options` (std::invalid_argument naming the option).
   explicit ConcurrencyLimitStrategy(ConcurrencyLimitOptions options);
@@ -235,11 +253,12 @@ class ConcurrencyLimitStrategy final : public Strategy {
   }
 
   [[nodiscard]] std::string describe() const override;
-  [[nodiscard]] StrategyTraits traits() const noexcept override;
-  Step on_start(Layer& layer) override;
-  Step on_inner_complete(Layer& layer) override;
-  Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) override;
-  void on_finish(Layer& layer) noexcept override;
+  // BasicStrategy's callbacks.
+  [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
+  Step start(Layer& layer, Frame& f);
+  Step inner_complete(Layer& layer, Frame& f);
+  Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
+  void finish(Layer& layer, Frame& f) noexcept;
 
   /// {running, queued, available, closed} from one load. Thread-safe.
   [[nodiscard]] ConcurrencyLimitState state() const noexcept;

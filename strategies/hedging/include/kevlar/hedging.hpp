@@ -3,6 +3,7 @@
 
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/detail/deadline_queue.hpp>
 #include <kevlar/shield.hpp>
 #include <kevlar/strategy.hpp>
 
@@ -53,6 +54,24 @@ struct HedgeOptions {
   std::function<void(const HedgeActionArguments&)> action_generator;
 };
 
+namespace detail {
+
+/// A hedge's per-execution state, in its layer's frame: its stagger, armed through the deadline
+/// service.
+struct HedgeFrame {
+  HedgeFrame() noexcept {}  // `entry` is constructed when the stagger is first armed
+  ~HedgeFrame() {}
+  HedgeFrame(const HedgeFrame&) = delete;
+  HedgeFrame& operator=(const HedgeFrame&) = delete;
+
+  union {
+    DeadlineEntry entry;  // trivially destructible: nothing to end
+  };
+  bool armed = false;
+};
+
+}  // namespace detail
+
 /// Races attempts of the inner part of the pipeline (the strategies inside, then the user's
 /// operation): the first starts at once; while the attempts running are slower than `delay`,
 /// another starts, up to `max_attempts`. A handled failure (the clause in force where the hedge
@@ -75,23 +94,23 @@ struct HedgeOptions {
 /// io_context, run the call on a strand, as for any Asio per-operation cancellation.
 ///
 /// Thread-safety: one instance serves any number of concurrent executions.
-class HedgeStrategy final : public Strategy {
+class HedgeStrategy final : public BasicStrategy<HedgeStrategy, detail::HedgeFrame> {
  public:
   /// Validates `options` (std::invalid_argument naming the option).
   explicit HedgeStrategy(HedgeOptions options);
 
   [[nodiscard]] std::string describe() const override;
-  [[nodiscard]] StrategyTraits traits() const noexcept override;
-  Step on_start(Layer& layer) override;
-  Step on_inner_complete(Layer& layer) override;
-  Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) override;
-  Step on_attempt_complete(Layer& layer, std::uint32_t attempt) override;
-  void on_finish(Layer& layer) noexcept override;
+  // BasicStrategy's callbacks.
+  [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
+  Step start(Layer& layer, Frame& f);
+  Step inner_complete(Layer& layer, Frame& f);
+  Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
+  Step attempt_complete(Layer& layer, Frame& f, std::uint32_t attempt);
+  void finish(Layer& layer, Frame& f) noexcept;
 
   [[nodiscard]] const HedgeOptions& options() const noexcept { return options_; }
 
  private:
-  struct Frame;
   /// Launches the next hedged attempt unless all are launched or the call is cancelled (running
   /// the hooks first); true if it launched one.
   bool launch_next(Layer& layer);

@@ -176,7 +176,7 @@ struct RetryOptions {
 ///
 /// Completion: through the pipeline; adds no hop. Thread-safety: stateless; one instance serves
 /// any number of concurrent executions (the retry count lives in the execution's frame).
-class RetryStrategy final : public Strategy {
+class RetryStrategy final : public BasicStrategy<RetryStrategy, int> {
  public:
   /// Validates `options`: std::invalid_argument naming the option for a negative max_retries or a
   /// max_delay outside [0, Backoff::max_delay_limit].
@@ -192,14 +192,15 @@ class RetryStrategy final : public Strategy {
   /// `Retry(3, exponential 250ms x2 +jitter <=30s)`, `Retry(2, constant 1s, <=10s)`,
   /// `RetryForever(no delay)`.
   [[nodiscard]] std::string describe() const override;
-  /// Reactive, stateless, an `int` of frame (the retries used by the execution).
-  [[nodiscard]] StrategyTraits traits() const noexcept override;
-  /// Starts the execution's retry count at 0 and runs the inner part.
-  Step on_start(Layer& layer) override;
+  // BasicStrategy's callbacks; the frame is the retries used by the execution (0 to start with).
+  /// Reactive, stateless.
+  [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
+  /// Runs the inner part.
+  Step start(Layer& layer, int& used);
   /// Decides on the completed call: complete, run again, or wait (see the class comment).
-  Step on_inner_complete(Layer& layer) override;
+  Step inner_complete(Layer& layer, int& used);
   /// After the backoff: run again, or complete with the wait's error (`operation_aborted`).
-  Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) override;
+  Step wait_complete(Layer& layer, int& used, const boost::system::error_code& ec);
 
  private:
   [[nodiscard]] Clock::duration cap(Clock::duration d) const noexcept;

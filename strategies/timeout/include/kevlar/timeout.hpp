@@ -3,6 +3,7 @@
 
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/detail/deadline_queue.hpp>
 #include <kevlar/shield.hpp>
 #include <kevlar/strategy.hpp>
 
@@ -37,6 +38,27 @@ struct TimeoutOptions {
   static constexpr Clock::duration max_timeout = std::chrono::milliseconds(4294967294LL);
 };
 
+namespace detail {
+
+/// A timeout's per-execution state, in its layer's frame.
+struct TimeoutFrame {
+  TimeoutFrame() noexcept {}  // `entry` is constructed only by an asynchronous execution, on arming
+  ~TimeoutFrame() {}
+  TimeoutFrame(const TimeoutFrame&) = delete;
+  TimeoutFrame& operator=(const TimeoutFrame&) = delete;
+
+  union {
+    DeadlineEntry entry;  // trivially destructible: nothing to end
+  };
+  CallBase::SavedDeadline previous;  ///< the context's deadline before this one
+  Clock::time_point deadline{};
+  Clock::duration budget{};
+  bool armed = false;
+  bool deadline_set = false;
+};
+
+}  // namespace detail
+
 /// Bounds the time the strategies inside it and the user's operation may take.
 ///
 /// Asynchronous executions: expiry cancels the pending step through its cancellation slot
@@ -63,16 +85,17 @@ struct TimeoutOptions {
 /// unchanged.
 ///
 /// Thread-safety: one instance serves any number of concurrent executions.
-class TimeoutStrategy final : public Strategy {
+class TimeoutStrategy final : public BasicStrategy<TimeoutStrategy, detail::TimeoutFrame> {
  public:
   /// Validates `options` (std::invalid_argument naming the option).
   explicit TimeoutStrategy(TimeoutOptions options);
 
   [[nodiscard]] std::string describe() const override;
-  [[nodiscard]] StrategyTraits traits() const noexcept override;
-  Step on_start(Layer& layer) override;
-  Step on_inner_complete(Layer& layer) override;
-  void on_finish(Layer& layer) noexcept override;
+  // BasicStrategy's callbacks.
+  [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
+  Step start(Layer& layer, Frame& f);
+  Step inner_complete(Layer& layer, Frame& f);
+  void finish(Layer& layer, Frame& f) noexcept;
 
   [[nodiscard]] const TimeoutOptions& options() const noexcept { return options_; }
 
