@@ -512,14 +512,18 @@ void CallBase::cancel_attempts(std::size_t layer, boost::asio::cancellation_type
   Attempts& a = async_->attempts;
   const bool was_busy = std::exchange(a.busy, true);
   const std::uint32_t epoch = ++a.epoch;
+  const bool terminal = type == boost::asio::cancellation_type::terminal;
   // Each cancellation may complete its attempt (and, through user code, others): rescan from the
-  // head, skipping those this round already reached.
+  // head, skipping those this round already reached, and for a terminal one those that already
+  // received one.
   for (;;) {
     AttemptNode* n = a.running;
-    while (n != nullptr && n->cancel_epoch == epoch) n = n->next;
+    while (n != nullptr && (n->cancel_epoch == epoch || (terminal && n->cancelled_terminally))) {
+      n = n->next;
+    }
     if (n == nullptr) break;
     n->cancel_epoch = epoch;
-    if (type == boost::asio::cancellation_type::terminal) n->cancelled_terminally = true;
+    n->cancelled_terminally = n->cancelled_terminally || terminal;
     n->call->cancel_from_caller(type);
   }
   a.busy = was_busy;
@@ -547,8 +551,7 @@ void CallBase::forward_cancellation(boost::asio::cancellation_type type) noexcep
   // may complete the execution here, the last thing this call does with it). As for an operation
   // completing inside its cancellation handler, a completion handler that throws here ends the
   // program: cancellation is emitted from noexcept code.
-  RunningScope scope(this);
-  run_steps(Step::suspend);
+  run(Step::suspend);
 }
 
 void CallBase::attempt_completed(AttemptNode& node) {
@@ -558,8 +561,7 @@ void CallBase::attempt_completed(AttemptNode& node) {
   (a.done_tail != nullptr ? a.done_tail->next_done : a.done_head) = &node;
   a.done_tail = &node;
   if (a.busy) return;  // reported when the engine gets back to the parked layer
-  RunningScope scope(this);
-  run_steps(Step::suspend);
+  run(Step::suspend);
 }
 
 void CallBase::attempt_abandoned(AttemptNode& node) noexcept {
@@ -604,15 +606,7 @@ void CallBase::release_attempts(bool cancel) noexcept {
   // Cancel while they are still attached: one that completes inside (or completes another) is
   // queued, and discarded below with the others that completed unreported.
   a.busy = true;
-  if (cancel) {
-    for (;;) {
-      AttemptNode* n = a.running;
-      while (n != nullptr && n->cancelled_terminally) n = n->next;
-      if (n == nullptr) break;
-      n->cancelled_terminally = true;
-      n->call->cancel_from_caller(boost::asio::cancellation_type::terminal);
-    }
-  }
+  if (cancel) cancel_attempts(attempt_layer_, boost::asio::cancellation_type::terminal);
   while (AttemptNode* done = a.done_head) {
     a.done_head = done->next_done;
     done->call->destroy();  // completed, never reported: its outcome is discarded
