@@ -112,9 +112,11 @@ inline void run_sync_calls(benchmark::State& state, const kevlar::Shield& shield
 /// `shield.execute_async(async_work)` per iteration, allocations counted. `after_loop(ioc)` runs in
 /// the coroutine when the loop ends (the timeout releases its idle deadline timer there, so that
 /// run() returns).
-template <class AfterLoop>
+///
+/// `op(ex, x, token)` starts the operation of each attempt (async_work unless given).
+template <class AfterLoop, class Op>
 void run_async_calls(benchmark::State& state, const kevlar::Shield& shield, const char* label,
-                     AfterLoop after_loop) {
+                     AfterLoop after_loop, Op op) {
   boost::asio::io_context ioc(1);
   AllocReport allocs;
   boost::asio::co_spawn(
@@ -124,7 +126,7 @@ void run_async_calls(benchmark::State& state, const kevlar::Shield& shield, cons
         int x = 0;
         for (auto _ : state) {
           x = co_await shield.execute_async(
-              [&](auto token) { return async_work(ex, x, std::move(token)); });
+              [&](auto token) { return op(ex, x, std::move(token)); });
           benchmark::DoNotOptimize(x);
         }
         after_loop(ioc);
@@ -135,6 +137,15 @@ void run_async_calls(benchmark::State& state, const kevlar::Shield& shield, cons
   ioc.run();
   allocs.report(state);
   state.SetLabel(label);
+}
+
+template <class AfterLoop>
+void run_async_calls(benchmark::State& state, const kevlar::Shield& shield, const char* label,
+                     AfterLoop after_loop) {
+  run_async_calls(state, shield, label, std::move(after_loop),
+                  [](const boost::asio::any_io_executor& ex, int x, auto token) {
+                    return async_work(ex, x, std::move(token));
+                  });
 }
 
 inline void run_async_calls(benchmark::State& state, const kevlar::Shield& shield,

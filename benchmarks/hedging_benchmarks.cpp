@@ -1,14 +1,13 @@
 // BM_Hedging: the cost of a hedge when its first attempt wins before the delay (no hedge
-// launched: one stagger armed and disarmed through the deadline queue), and when the first attempt
-// fails and the second, launched at once, wins. BM_Hedging/one_layer_control is the same loop
-// through one pass-through strategy, measured in the same run (BM_Overhead/one_layer_async's
-// shape).
+// launched: one stagger armed and disarmed through the deadline queue, whose timer keeps the loop
+// live, as a timeout's does), and when the first attempt fails and the second, launched with it,
+// wins (delay 0: no timer, an idle loop). BM_Hedging/one_layer_control is the same loop through
+// one pass-through strategy (BM_Overhead/one_layer_async's shape), and
+// BM_Timeout/raw_async_live_io_control the raw call on a live loop, both in the same binary.
 #include "bench_support.hpp"
 
 #include <kevlar/hedging.hpp>
 #include <kevlar/timeout.hpp>
-
-#include <boost/asio/detached.hpp>
 
 #include <chrono>
 #include <memory>
@@ -24,59 +23,47 @@ class PassThrough final : public kevlar::Strategy {
   kevlar::Step on_start(kevlar::Layer&) override { return kevlar::Step::run_inner; }
 };
 
-/// Completes through a post like bench::async_work, failing the first attempt of each execution
-/// when `fail_first` (the attempt's number comes from its context).
-template <class Token>
-auto async_attempt(const asio::any_io_executor& ex, bool fail_first, int x, Token&& token) {
-  return asio::async_initiate<Token, void(boost::system::error_code, int)>(
-      [ex, fail_first](auto handler, int v) {
-        const kevlar::Context* ctx = kevlar::attempt_context(handler);
-        const bool fail = fail_first && ctx != nullptr && ctx->attempt() == 1;
-        auto hex = asio::get_associated_executor(handler, ex);
-        asio::post(hex, asio::append(std::move(handler),
-                                     fail ? make_error_code(boost::system::errc::connection_reset)
-                                          : boost::system::error_code(),
-                                     v + 1));
-      },
-      token, x);
-}
+/// bench::async_work, failing the first attempt of each execution (its number comes from the
+/// attempt's context).
+struct FailFirstAttempt {
+  template <class Token>
+  auto operator()(const asio::any_io_executor& ex, int x, Token&& token) const {
+    return asio::async_initiate<Token, void(boost::system::error_code, int)>(
+        [ex](auto handler, int v) {
+          const kevlar::Context* ctx = kevlar::attempt_context(handler);
+          const bool fail = ctx != nullptr && ctx->attempt() == 1;
+          auto hex = asio::get_associated_executor(handler, ex);
+          asio::post(hex, asio::append(std::move(handler),
+                                       fail ? make_error_code(boost::system::errc::connection_reset)
+                                            : boost::system::error_code(),
+                                       v + 1));
+        },
+        token, x);
+  }
+};
 
-void run(benchmark::State& state, const kevlar::Shield& shield, bool fail_first) {
-  asio::io_context ioc(1);
-  kevlar::bench::AllocReport allocs;
-  asio::co_spawn(
-      ioc,
-      [&]() -> asio::awaitable<void> {
-        auto ex = co_await asio::this_coro::executor;
-        int x = 0;
-        for (auto _ : state) {
-          x = co_await shield.execute_async(
-              [&](auto token) { return async_attempt(ex, fail_first, x, std::move(token)); });
-          benchmark::DoNotOptimize(x);
-        }
-        kevlar::TimeoutStrategy::release_idle_timers(ioc);  // the hedge's stagger queue
-      },
-      [](std::exception_ptr ep) {
-        if (ep) std::rethrow_exception(ep);
-      });
-  ioc.run();
-  allocs.report(state);
-  state.SetLabel("idle loop");
-}
+/// After the loop: releases the stagger queue's idle timer so that run() returns at once.
+void release_timers(asio::io_context& ioc) { kevlar::TimeoutStrategy::release_idle_timers(ioc); }
 
 void BM_Hedging_one_layer_control(benchmark::State& state) {
   static const kevlar::Shield s = kevlar::Shield{}.use(std::make_shared<PassThrough>());
-  run(state, s, false);
+  kevlar::bench::run_async_calls(state, s, "idle loop; the pass-through control");
 }
 
 void BM_Hedging_first_attempt_wins(benchmark::State& state) {
   static const kevlar::Shield s = kevlar::Shield{}.hedge(2, 10s);
-  run(state, s, false);
+  kevlar::bench::run_async_calls(
+      state, s,
+      "live I/O (the stagger's deadline timer stays pending); compare "
+      "BM_Timeout/completes_instantly_async",
+      release_timers);
 }
 
 void BM_Hedging_second_attempt_wins(benchmark::State& state) {
   static const kevlar::Shield s = kevlar::Shield{}.hedge(2, 0s);
-  run(state, s, true);
+  kevlar::bench::run_async_calls(
+      state, s, "idle loop (delay 0: no timer); two attempts per call", release_timers,
+      FailFirstAttempt{});
 }
 
 }  // namespace
