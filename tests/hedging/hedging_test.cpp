@@ -77,6 +77,13 @@ struct Hedging : ::testing::Test {
     poll();
   }
 
+  /// Spawns `body` as a coroutine on the io_context and runs what is ready.
+  template <class Body>
+  void spawn(Body body) {
+    asio::co_spawn(ioc, std::move(body), asio::detached);
+    poll();
+  }
+
   std::vector<std::unique_ptr<Result>> results;
 };
 
@@ -551,13 +558,9 @@ TEST(HedgingExecutor, AHandlerWithoutAnExecutorIsRefused) {
 TEST_F(Hedging, ACoroutineAwaitsAHedgedCall) {
   std::optional<int> got;
   const Shield shield = base().hedge(2, 1s);
-  asio::co_spawn(
-      ioc,
-      [&]() -> asio::awaitable<void> {
-        got = co_await shield.execute_async(ops.attempt(), asio::use_awaitable);
-      },
-      asio::detached);
-  poll();
+  spawn([&]() -> asio::awaitable<void> {
+    got = co_await shield.execute_async(ops.attempt(), asio::use_awaitable);
+  });
   advance(1s);
   ASSERT_EQ(ops.size(), 2u);
   finish(1, {}, 6);
@@ -572,23 +575,19 @@ TEST_F(Hedging, AnAwaitableFactoryIsHedgedAndItsLoserCoroutineStops) {
   std::exception_ptr failure;
   int finished_coroutines = 0;
   const Shield shield = base().hedge(2, 0s);
-  asio::co_spawn(
-      ioc,
-      [&]() -> asio::awaitable<void> {
-        try {
-          got = co_await shield.execute_async([&]() -> asio::awaitable<int> {
-            struct Count {
-              int* n;
-              ~Count() { ++*n; }
-            } count{&finished_coroutines};
-            co_return co_await ops.async_call(asio::use_awaitable);
-          });
-        } catch (...) {
-          failure = std::current_exception();
-        }
-      },
-      asio::detached);
-  poll();
+  spawn([&]() -> asio::awaitable<void> {
+    try {
+      got = co_await shield.execute_async([&]() -> asio::awaitable<int> {
+        struct Count {
+          int* n;
+          ~Count() { ++*n; }
+        } count{&finished_coroutines};
+        co_return co_await ops.async_call(asio::use_awaitable);
+      });
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
   ASSERT_EQ(ops.size(), 2u);
   finish(0, {}, 4);
   EXPECT_EQ(got, 4);
@@ -600,19 +599,15 @@ TEST_F(Hedging, AnAwaitableFactoryIsHedgedAndItsLoserCoroutineStops) {
 TEST_F(Hedging, AnExceptionSignatureSurfacesTheLastHandledFailure) {
   std::exception_ptr failure;
   const Shield shield = base().hedge(2, 0s);
-  asio::co_spawn(
-      ioc,
-      [&]() -> asio::awaitable<void> {
-        try {
-          (void)co_await shield.execute_async([&]() -> asio::awaitable<int> {
-            co_return co_await ops.async_call(asio::use_awaitable);
-          });
-        } catch (...) {
-          failure = std::current_exception();
-        }
-      },
-      asio::detached);
-  poll();
+  spawn([&]() -> asio::awaitable<void> {
+    try {
+      (void)co_await shield.execute_async([&]() -> asio::awaitable<int> {
+        co_return co_await ops.async_call(asio::use_awaitable);
+      });
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
   ASSERT_EQ(ops.size(), 2u);
   finish(0, down);
   finish(1, reset);

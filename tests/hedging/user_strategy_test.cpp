@@ -12,6 +12,7 @@
 #include <future>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 namespace kevlar {
 namespace {
@@ -117,6 +118,82 @@ TEST_F(UserAttempts, WaitWhileAttemptsRunFailsThePosition) {
   start(Shield{}.use(std::make_shared<Misuse>(Step::wait)));
   ASSERT_TRUE(ec.has_value());
   EXPECT_EQ(*ec, make_error_code(errc::callback_exception));
+}
+
+/// Starts two attempts and cancels the first by its id at once: the second's outcome is the call's.
+class CancelFirst final : public kevlar::Strategy {
+ public:
+  std::string describe() const override { return "CancelFirst"; }
+  kevlar::StrategyTraits traits() const noexcept override { return racing_traits(); }
+  kevlar::Step on_start(kevlar::Layer& layer) override {
+    const std::uint32_t a = layer.start_attempt();
+    const std::uint32_t b = layer.start_attempt();
+    ids = {a, b};
+    started = layer.attempts_started();
+    cancelled = layer.cancel_attempt(a);
+    cancelled_unknown = layer.cancel_attempt(7);
+    return kevlar::Step::suspend;
+  }
+  kevlar::Step on_attempt_complete(kevlar::Layer& layer, std::uint32_t id) override {
+    reported.push_back(id);
+    return layer.attempts_running() == 0 ? kevlar::Step::complete : kevlar::Step::suspend;
+  }
+  std::vector<std::uint32_t> ids, reported;
+  std::uint32_t started = 0;
+  bool cancelled = false;
+  bool cancelled_unknown = true;
+};
+
+TEST_F(UserAttempts, ACancelledAttemptIsReportedAndTheOtherRunsOn) {
+  auto strategy = std::make_shared<CancelFirst>();
+  start(Shield{}.use(strategy));
+  EXPECT_EQ(strategy->ids, (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_EQ(strategy->started, 2u);
+  EXPECT_TRUE(strategy->cancelled);
+  EXPECT_FALSE(strategy->cancelled_unknown) << "no attempt 7 is running";
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops.at(0).cancellations.size(), 1u);
+  EXPECT_TRUE(ops.at(1).cancellations.empty());
+  ioc.restart();
+  ioc.poll();  // the cancelled operation's aborted completion
+  EXPECT_EQ(strategy->reported, (std::vector<std::uint32_t>{0}));
+  finish(1, {}, 8);
+  EXPECT_EQ(strategy->reported, (std::vector<std::uint32_t>{0, 1}));
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_FALSE(*ec);
+  EXPECT_EQ(value, 8) << "the last reported outcome";
+}
+
+/// One attempt, then, once it was reported, the inner part once more the ordinary way.
+class AttemptThenRunInner final : public kevlar::Strategy {
+ public:
+  std::string describe() const override { return "AttemptThenRunInner"; }
+  kevlar::StrategyTraits traits() const noexcept override { return racing_traits(); }
+  kevlar::Step on_start(kevlar::Layer& layer) override {
+    layer.start_attempt();
+    return kevlar::Step::suspend;
+  }
+  kevlar::Step on_attempt_complete(kevlar::Layer&, std::uint32_t) override {
+    return kevlar::Step::run_inner;  // allowed: no attempt is left unreported
+  }
+  kevlar::Step on_inner_complete(kevlar::Layer& layer) override {
+    started_after = layer.attempts_started();
+    return kevlar::Step::complete;
+  }
+  std::uint32_t started_after = 99;
+};
+
+TEST_F(UserAttempts, RunInnerIsAllowedOnceEveryAttemptWasReported) {
+  auto strategy = std::make_shared<AttemptThenRunInner>();
+  start(Shield{}.use(strategy));
+  ASSERT_EQ(ops.size(), 1u);
+  finish(0, make_error_code(boost::system::errc::connection_refused));
+  ASSERT_EQ(ops.size(), 2u) << "the inner part ran again, in the execution itself";
+  finish(1, {}, 3);
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_FALSE(*ec);
+  EXPECT_EQ(value, 3);
+  EXPECT_EQ(strategy->started_after, 0u) << "the layer is no longer parked";
 }
 
 /// Starts an attempt from a synchronous execution (not declared asynchronous_only).
