@@ -253,11 +253,19 @@ class ConcurrencyLimitStrategy final
   }
 
   [[nodiscard]] std::string describe() const override;
-  // BasicStrategy's callbacks.
+  // BasicStrategy's callbacks, called by the engine on the execution's thread.
+  /// Proactive and stateful (one instance per chain).
   [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
+  /// Takes a permit (lock-free) and runs the inner part, queues the call (asynchronous: a
+  /// suspended wait cancelled through the caller's slot; synchronous: a blocking wait), or rejects
+  /// it with `errc::concurrency_limit_exceeded`.
   Step start(Layer& layer, Frame& f);
+  /// Returns the permit; the outcome passes unchanged.
   Step inner_complete(Layer& layer, Frame& f);
+  /// A queue wait ended: the permit was granted, or the call was cancelled (`operation_aborted`),
+  /// closed (`errc::closed`) or rejected; also the end of an asynchronous rejection hook.
   Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
+  /// Returns a permit the execution still holds (it was abandoned).
   void finish(Layer& layer, Frame& f) noexcept;
 
   /// {running, queued, available, closed} from one load. Thread-safe.

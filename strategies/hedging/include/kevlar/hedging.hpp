@@ -100,12 +100,20 @@ class HedgeStrategy final : public BasicStrategy<HedgeStrategy, detail::HedgeFra
   explicit HedgeStrategy(HedgeOptions options);
 
   [[nodiscard]] std::string describe() const override;
-  // BasicStrategy's callbacks.
+  // BasicStrategy's callbacks, called by the engine on the call's executor.
+  /// Reactive; with more than one attempt, asynchronous only and needing the call's executor.
   [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
+  /// Launches the first attempt (all of them with a zero delay) and arms the stagger; with one
+  /// attempt, runs the inner part as a pass-through.
   Step start(Layer& layer, Frame& f);
+  /// The pass-through's completion (max_attempts == 1): the outcome passes unchanged.
   Step inner_complete(Layer& layer, Frame& f);
+  /// The stagger elapsed: launches the next attempt unless the call is cancelled.
   Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
+  /// An attempt completed: an unhandled outcome wins (the others are cancelled); a handled one
+  /// launches the next at once, or ends the call if none is left running.
   Step attempt_complete(Layer& layer, Frame& f, std::uint32_t attempt);
+  /// Disarms the stagger.
   void finish(Layer& layer, Frame& f) noexcept;
 
   [[nodiscard]] const HedgeOptions& options() const noexcept { return options_; }

@@ -91,10 +91,15 @@ class TimeoutStrategy final : public BasicStrategy<TimeoutStrategy, detail::Time
   explicit TimeoutStrategy(TimeoutOptions options);
 
   [[nodiscard]] std::string describe() const override;
-  // BasicStrategy's callbacks.
+  // BasicStrategy's callbacks, called by the engine on the execution's thread.
+  /// Proactive; needs the call's executor (the expiry is delivered there).
   [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
+  /// Sets the deadline (the context's, and in an asynchronous execution an entry of the deadline
+  /// queue) and runs the inner part.
   Step start(Layer& layer, Frame& f);
+  /// Disarms, then reports a cancellation this timeout caused as `errc::timeout`.
   Step inner_complete(Layer& layer, Frame& f);
+  /// Disarms and restores the previous deadline (also when abandoned).
   void finish(Layer& layer, Frame& f) noexcept;
 
   [[nodiscard]] const TimeoutOptions& options() const noexcept { return options_; }
