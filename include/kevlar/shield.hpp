@@ -219,6 +219,10 @@ class Shield {
   ///
   /// Cancellation: `stop` cancels cooperatively. If it is already requested, `fn` is never called.
   /// Timeouts are cooperative too: `fn` observes them through Context::cancelled().
+  ///
+  /// Throws std::logic_error, before any strategy or `fn` runs, if the shield holds a strategy
+  /// that needs an asynchronous execution (StrategyTraits::asynchronous_only: a hedge with more
+  /// than one attempt). So does execute_outcome().
   template <SyncFunction F>
   auto execute(F&& fn, std::stop_token stop = {}) const
       -> std::remove_cvref_t<typename detail::SyncResult<std::remove_reference_t<F>>::type> {
