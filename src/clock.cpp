@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <iterator>
 #include <stdexcept>
 #include <utility>
 
@@ -204,6 +205,35 @@ std::size_t ManualClock::sleepers() const {
 std::size_t ManualClock::pending_timers() const {
   std::lock_guard lock(mutex_);
   return timers_.size();
+}
+
+std::vector<Clock::time_point> ManualClock::pending_deadlines() const {
+  std::vector<time_point> r;
+  {
+    std::lock_guard lock(mutex_);
+    r.reserve(timers_.size());
+    for (const Entry& e : timers_) r.push_back(e.deadline);
+  }
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+std::size_t ManualClock::abandon_waits(const boost::asio::any_io_executor& executor) {
+  std::vector<Entry> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    auto keep = std::stable_partition(timers_.begin(), timers_.end(), [&](const Entry& e) {
+      return !(e.waiter->executor() == executor);
+    });
+    std::move(keep, timers_.end(), std::back_inserter(dropped));
+    timers_.erase(keep, timers_.end());
+  }
+  for (Entry& e : dropped) {
+    // The wait is over: its cancellation handler must not reach this clock any more.
+    if (auto slot = e.waiter->cancellation_slot(); slot.is_connected()) slot.clear();
+    e.waiter->abandon();
+  }
+  return dropped.size();
 }
 
 void ManualClock::wait_for_sleepers(std::size_t n) const {

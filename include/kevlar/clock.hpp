@@ -125,6 +125,13 @@ class ManualClock final : public Clock {
   [[nodiscard]] std::size_t sleepers() const;
   /// Number of timer waits outstanding.
   [[nodiscard]] std::size_t pending_timers() const;
+  /// The deadlines of the outstanding timer waits, earliest first.
+  [[nodiscard]] std::vector<time_point> pending_deadlines() const;
+  /// Drops every outstanding timer wait whose completion would run on `executor`, because that
+  /// executor is going away (as destroying an io_context destroys its pending timer waits): each
+  /// waiter is told ClockWaiter::abandon(), on this thread, outside the clock's lock. Waits of other
+  /// executors are untouched. Returns how many were dropped.
+  std::size_t abandon_waits(const boost::asio::any_io_executor& executor);
   /// Blocks until at least `n` threads are blocked in sleep_until (a test's rendezvous with a
   /// synchronous call that is about to wait; this is not a timed wait).
   void wait_for_sleepers(std::size_t n) const;

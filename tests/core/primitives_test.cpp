@@ -259,6 +259,32 @@ TEST(ManualClock, TimerCancellationThroughTheSlotAndCancel) {
   EXPECT_EQ(w2.ec, asio::error::operation_aborted);
 }
 
+TEST(ManualClock, AbandonWaitsDropsOnlyTheWaitsOfThatExecutor) {
+  auto clock = ManualClock::create();
+  asio::io_context a;
+  asio::io_context b;
+  RecordingWaiter wa(a);
+  RecordingWaiter wb(b);
+  auto ta = clock->make_timer(a.get_executor());
+  auto tb = clock->make_timer(b.get_executor());
+  ta->async_wait_until(clock->now() + std::chrono::seconds(1), wa);
+  tb->async_wait_until(clock->now() + std::chrono::seconds(2), wb);
+  EXPECT_EQ(clock->pending_deadlines(),
+            (std::vector<Clock::time_point>{clock->now() + std::chrono::seconds(1),
+                                            clock->now() + std::chrono::seconds(2)}));
+  EXPECT_EQ(clock->abandon_waits(a.get_executor()), 1U);
+  EXPECT_EQ(wa.abandoned, 1);
+  EXPECT_EQ(wb.abandoned, 0);
+  EXPECT_EQ(clock->pending_timers(), 1U);
+  wa.signal.emit(asio::cancellation_type::terminal);  // its cancellation handler is gone
+  clock->advance(std::chrono::seconds(2));
+  a.poll();
+  b.poll();
+  EXPECT_EQ(wa.completions, 0);
+  EXPECT_EQ(wb.completions, 1);
+  EXPECT_EQ(clock->abandon_waits(a.get_executor()), 0U);
+}
+
 TEST(ManualClock, ATimerPastItsDeadlineCompletesAtOnceButNotInline) {
   asio::io_context ioc;
   auto clock = ManualClock::create();
