@@ -375,6 +375,11 @@ DeadlineQueue& deadline_queue_for(const boost::asio::any_io_executor& ex, const 
   return q;
 }
 
+void resume_at_deadline(CallBase& call, std::size_t index) {
+  (void)index;  // the execution is parked at that layer: its pending step is the layer's own wait
+  call.wait_completed(boost::system::error_code());
+}
+
 void release_idle_deadline_timers(boost::asio::execution_context& ctx) noexcept {
   if (boost::asio::has_service<DeadlineService>(ctx)) {
     boost::asio::use_service<DeadlineService>(ctx).release_idle();

@@ -108,7 +108,7 @@ class ExecutionObserver final : public BasicStrategy<ExecutionObserver, Clock::t
  public:
   [[nodiscard]] std::string describe() const override { return "(observer)"; }
   Step start(Layer& layer, Clock::time_point& started) {
-    (*layer.call()->pipeline().observers)->ensure_announced();
+    (*detail::LayerAccess::call(layer)->pipeline().observers)->ensure_announced();
     started = layer.clock().now();
     return Step::run_inner;
   }
@@ -132,7 +132,9 @@ class AttemptObserver final : public Strategy {
   Step on_start(Layer& layer) override {
     // The engine declines an attempt past an enclosing deadline (see CallBase::past_deadline):
     // that one never starts and is not announced. (Emitting announces the shield first.)
-    if (!layer.synchronous() && layer.call()->past_deadline()) return Step::run_inner;
+    if (!layer.synchronous() && detail::LayerAccess::call(layer)->past_deadline()) {
+      return Step::run_inner;
+    }
     layer.emit(AttemptStarted{layer.context().attempt() + 1});
     return Step::run_inner;
   }

@@ -5,6 +5,7 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/block_cache.hpp>
+#include <kevlar/detail/deadline_queue.hpp>
 #include <kevlar/detail/engine.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
@@ -63,6 +64,26 @@ struct StrategyTraits {
 };
 
 class Strategy;
+
+/// What the engine does when a deadline armed with Layer::arm_deadline passes.
+enum class DeadlineAction : unsigned char {
+  /// Cancel what runs inside the strategy (terminal), as Layer::cancel_inner does: a timeout's
+  /// expiry. The strategy then sees cancelled_inner() in on_inner_complete.
+  cancel_inner,
+  /// Call Strategy::on_wait_complete with success: a hedge's stagger. Only for a strategy that is
+  /// suspended (Step::suspend) on attempts it started with Layer::start_attempt.
+  resume,
+};
+
+/// Storage for one deadline armed through the engine's deadline service (Layer::arm_deadline). It
+/// lives in the strategy's frame, may stay uninitialised until arm_deadline constructs it, and
+/// needs no destruction. Its members are the engine's.
+using DeadlineSlot = detail::DeadlineEntry;
+
+namespace detail {
+struct LayerAccess;
+class QueueWaitHandler;
+}  // namespace detail
 
 /// One strategy's handle on one execution: its clause, its scratch frame, the context, the
 /// outcome, waits and cancellation. Valid only inside the Strategy callback it was passed to.
@@ -225,9 +246,34 @@ class Layer {
   /// the shield's observers and this strategy's position. Empty when nobody listens.
   [[nodiscard]] detail::TransitionSource transition_source() const noexcept;
 
-  /// The engine's execution object, for kevlar's own strategies that hand it to internal
-  /// machinery (the timeout's deadline queue). Not part of the stable interface.
-  [[nodiscard]] detail::CallBase* call() const noexcept { return call_; }
+  // ---- engine services (asynchronous executions) ---------------------------------------------
+
+  /// Arms `slot` (constructing it) to expire at `deadline` through the engine's deadline service:
+  /// no kernel timer per execution, O(1) arming and disarming when every deadline the strategy arms
+  /// has the same duration, passed as `same_duration` (zero when durations vary). When the deadline
+  /// passes, the engine performs `action` on the execution's executor, serialised with the
+  /// execution's completions, and only if the slot is still armed. Disarm it with disarm_deadline
+  /// before the strategy finishes (in on_finish at the latest). Declare
+  /// StrategyTraits::needs_executor. Throws what creating the service's queue throws (std::bad_alloc;
+  /// nothing is armed then).
+  void arm_deadline(DeadlineSlot& slot, Clock::time_point deadline, Clock::duration same_duration,
+                    DeadlineAction action) const {
+    ::new (static_cast<void*>(&slot)) DeadlineSlot{};
+    slot.deadline = deadline;
+    slot.call = call_;
+    slot.index = index_;
+    if (action == DeadlineAction::resume) slot.fire = &detail::resume_at_deadline;
+    detail::deadline_queue_for(executor(), clock(), same_duration).arm(slot);
+  }
+  /// Disarms a slot armed by arm_deadline; returns true if it had fired already (its action was
+  /// performed). Call it once per arming.
+  static bool disarm_deadline(DeadlineSlot& slot) noexcept { return slot.queue->disarm(slot); }
+
+  /// A completion handler for a wait in a queue of kevlar's own kind (the concurrency limit's
+  /// UnpairedSemaphore): like wait_handler(), and its cancellation slot lives in the execution, so
+  /// that parking allocates nothing; the queue may deliver its grant through kevlar's grant
+  /// trampoline (no scheduler hop). Start exactly one wait with it and return Step::suspend.
+  [[nodiscard]] detail::QueueWaitHandler queue_wait_handler() const noexcept;
 
   /// Asynchronous executions: the executor the execution's completions run on.
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept {
@@ -245,6 +291,7 @@ class Layer {
   [[nodiscard]] class WaitHandler wait_handler() const noexcept;
 
  private:
+  friend struct detail::LayerAccess;
   [[nodiscard]] bool judge() const noexcept;
   void emit_event(Event& event) const noexcept;
 
@@ -299,10 +346,19 @@ class QueueWaitHandler : public WaitHandler {
   }
 };
 
+/// kevlar's own layers (the observer layers) reach the execution they run in.
+struct LayerAccess {
+  static CallBase* call(const Layer& layer) noexcept { return layer.call_; }
+};
+
 }  // namespace detail
 
 inline WaitHandler Layer::wait_handler() const noexcept {
   return WaitHandler(call_);
+}
+
+inline detail::QueueWaitHandler Layer::queue_wait_handler() const noexcept {
+  return detail::QueueWaitHandler(call_);
 }
 
 /// The interface of every strategy. A strategy instance serves every execution of every shield it

@@ -122,6 +122,10 @@ class DeadlineQueue final : private ClockWaiter {
 [[nodiscard]] DeadlineQueue& deadline_queue_for(const boost::asio::any_io_executor& ex,
                                                 const Clock& clock, Clock::duration duration);
 
+/// DeadlineAction::resume: resumes the strategy at layer `index`, suspended on its attempts, as
+/// its own wait's completion would (Strategy::on_wait_complete with success).
+void resume_at_deadline(CallBase& call, std::size_t index);
+
 /// Cancels the idle timers of every deadline queue of `ctx`.
 void release_idle_deadline_timers(boost::asio::execution_context& ctx) noexcept;
 

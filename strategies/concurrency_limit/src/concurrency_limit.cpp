@@ -82,7 +82,7 @@ Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
     return Step::run_inner;
   }
   // The queue wait's cancellation handler lives in the execution: parking allocates nothing.
-  semaphore_.async_acquire(detail::QueueWaitHandler(layer.call()));
+  semaphore_.async_acquire(layer.queue_wait_handler());
   return Step::suspend;  // the queue owns the execution until the grant (or its abort)
 }
 

@@ -118,23 +118,15 @@ void HedgeStrategy::arm_stagger(Layer& layer, Frame& f) {
       layer.cancelled_from_outside() || layer.context().cancelled()) {
     return;
   }
-  ::new (static_cast<void*>(&f.entry)) detail::DeadlineEntry{};
-  f.entry.deadline = layer.clock().now() + options_.delay;
-  f.entry.call = layer.call();
-  f.entry.index = layer.index();
-  f.entry.fire = &HedgeStrategy::stagger_fired;
-  detail::deadline_queue_for(layer.executor(), layer.clock(), options_.delay).arm(f.entry);
+  // The stagger resumes the hedge (wait_complete) through the engine's deadline service.
+  layer.arm_deadline(f.entry, layer.clock().now() + options_.delay, options_.delay,
+                     DeadlineAction::resume);
   f.armed = true;
-}
-
-void HedgeStrategy::stagger_fired(detail::CallBase& call, std::size_t index) {
-  (void)index;  // the execution is parked at the hedge's layer
-  call.wait_completed(boost::system::error_code());
 }
 
 void HedgeStrategy::disarm(Frame& f) noexcept {
   if (!f.armed) return;
-  f.entry.queue->disarm(f.entry);
+  Layer::disarm_deadline(f.entry);
   f.armed = false;
 }
 

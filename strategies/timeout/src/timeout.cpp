@@ -13,7 +13,7 @@ namespace kevlar {
 namespace {
 
 using Frame = detail::TimeoutFrame;
-static_assert(std::is_trivially_destructible_v<detail::DeadlineEntry>);
+static_assert(std::is_trivially_destructible_v<DeadlineSlot>);
 
 Clock::duration validated(Clock::duration d, const char* what) {
   if (d <= Clock::duration::zero() || d > TimeoutOptions::max_timeout) {
@@ -30,7 +30,7 @@ Clock::duration validated(Clock::duration d, const char* what) {
 /// Disarms the deadline and restores the context's previous one; idempotent.
 void disarm(Layer& layer, Frame& f) noexcept {
   if (f.armed) {
-    f.entry.queue->disarm(f.entry);
+    Layer::disarm_deadline(f.entry);
     f.armed = false;
   }
   if (f.deadline_set) {
@@ -77,14 +77,8 @@ Step TimeoutStrategy::start(Layer& layer, Frame& f) {
   // A handler without an executor never gets here: the engine refuses the call first
   // (errc::executor_required, StrategyTraits::needs_executor), since the expiry is delivered on
   // the execution's executor, serialised with the operation's completion.
-  const boost::asio::any_io_executor ex = layer.executor();
-  ::new (static_cast<void*>(&f.entry)) detail::DeadlineEntry{};
-  f.entry.deadline = f.deadline;
-  detail::DeadlineQueue& q = detail::deadline_queue_for(
-      ex, layer.clock(), generated ? Clock::duration::zero() : options_.timeout);
-  f.entry.index = layer.index();
-  f.entry.call = layer.call();
-  q.arm(f.entry);
+  layer.arm_deadline(f.entry, f.deadline, generated ? Clock::duration::zero() : options_.timeout,
+                     DeadlineAction::cancel_inner);
   f.armed = true;
   // The context's deadline too, as in a synchronous execution: Context::cancelled() and
   // Context::deadline() tell the strategies inside (a retry about to try again) and the engine

@@ -127,8 +127,6 @@ class HedgeStrategy final : public BasicStrategy<HedgeStrategy, detail::HedgeFra
   /// Starts a fresh full stagger if another attempt may still be launched on a timer.
   void arm_stagger(Layer& layer, Frame& f);
   static void disarm(Frame& f) noexcept;
-  /// The deadline service's Fire action: the stagger elapsed (Strategy::on_wait_complete).
-  static void stagger_fired(detail::CallBase& call, std::size_t index);
 
   HedgeOptions options_;
 };
