@@ -1,0 +1,235 @@
+// The strategy driver itself: its boundary actions, clock waits, misuse errors, abandonment and the
+// failure-injection helper, over shields whose behaviour other tests pin down end to end.
+#include <kevlar/kevlar.hpp>
+#include <kevlar/testing/strategy_driver.hpp>
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/error.hpp>
+
+#include <chrono>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using kevlar::Clock;
+using kevlar::Shield;
+using kevlar::testing::DriverAction;
+using kevlar::testing::Injection;
+using kevlar::testing::InjectionPoint;
+using kevlar::testing::StrategyDriver;
+using Actions = std::vector<DriverAction>;
+using Durations = std::vector<Clock::duration>;
+
+const boost::system::error_code io_error = make_error_code(boost::system::errc::io_error);
+
+TEST(StrategyDriver, AnEmptyShieldStartsTheOperationAndDeliversItsValue) {
+  StrategyDriver<int> d{Shield()};
+  d.start();
+  EXPECT_EQ(d.take_actions(), Actions{DriverAction::started(0)});
+  EXPECT_FALSE(d.delivered());
+  EXPECT_EQ(d.attempt(0).context_attempt, 1u);
+  d.succeed(0, 42);
+  EXPECT_EQ(d.take_actions(), Actions{DriverAction::delivered()});
+  ASSERT_TRUE(d.outcome().has_value());
+  EXPECT_EQ(d.outcome().value(), 42);
+  EXPECT_EQ(d.deliveries(), 1u);
+  const auto finished = d.events_of<kevlar::ExecutionFinished>();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_TRUE(finished[0].success);
+  EXPECT_EQ(finished[0].attempts, 1u);
+}
+
+TEST(StrategyDriver, AFailureIsDeliveredAsTheOutcomesError) {
+  StrategyDriver<int> d{Shield()};
+  d.start();
+  d.fail(0, io_error);
+  ASSERT_TRUE(d.outcome().has_error());
+  EXPECT_EQ(d.outcome().error(), io_error);
+}
+
+TEST(StrategyDriver, ARetrysBackoffIsAPendingClockWaitThatAdvanceReleases) {
+  kevlar::RetryOptions o;
+  o.max_retries = 1;
+  o.backoff = kevlar::Backoff::constant(100ms);
+  StrategyDriver<int> d{Shield().retry(o)};
+  d.start();
+  d.fail(0, io_error);
+  EXPECT_EQ(d.take_actions(), Actions{DriverAction::started(0)});
+  EXPECT_EQ(d.timers(), Durations{100ms});
+  d.advance(99ms);
+  EXPECT_TRUE(d.take_actions().empty());
+  d.advance(1ms);
+  EXPECT_EQ(d.take_actions(), Actions{DriverAction::started(1)});
+  EXPECT_EQ(d.attempt(1).context_attempt, 2u);
+  EXPECT_TRUE(d.timers().empty());
+  d.succeed(1, 7);
+  EXPECT_EQ(d.outcome().value(), 7);
+}
+
+TEST(StrategyDriver, TheCallersCancellationReachesThePendingOperation) {
+  StrategyDriver<int> d{Shield()};
+  d.start();
+  (void)d.take_actions();
+  d.cancel(boost::asio::cancellation_type::partial);
+  EXPECT_EQ(d.take_actions(),
+            (Actions{DriverAction::cancelled(0, boost::asio::cancellation_type::partial),
+                     DriverAction::delivered()}));
+  EXPECT_EQ(d.outcome().error(), boost::asio::error::operation_aborted);
+  EXPECT_EQ(d.attempt(0).cancellations,
+            std::vector<boost::asio::cancellation_type>{boost::asio::cancellation_type::partial});
+}
+
+TEST(StrategyDriver, AnOperationThatIgnoresCancellationCompletesWhenTheTestSays) {
+  kevlar::testing::StrategyDriverOptions options;
+  options.abort_on_cancel = false;
+  StrategyDriver<int> d{Shield(), options};
+  d.start();
+  (void)d.take_actions();
+  d.cancel();
+  EXPECT_EQ(d.take_actions(), Actions{DriverAction::cancelled(0)});
+  EXPECT_FALSE(d.delivered());
+  d.succeed(0, 5);  // it finished anyway: a success stands
+  EXPECT_EQ(d.outcome().value(), 5);
+}
+
+TEST(StrategyDriver, MisuseIsRefusedWithAClearError) {
+  StrategyDriver<int> d{Shield()};
+  EXPECT_THROW((void)d.outcome(), std::logic_error);
+  d.start();
+  EXPECT_THROW(d.start(), std::logic_error);
+  EXPECT_THROW(d.succeed(1, 0), std::out_of_range);
+  EXPECT_THROW(d.fail(0, {}), std::invalid_argument);
+  d.succeed(0, 1);
+  EXPECT_THROW(d.succeed(0, 2), std::logic_error);
+  EXPECT_EQ(d.outcome().value(), 1);
+  EXPECT_THROW(StrategyDriver<int>(Shield(), nullptr), std::invalid_argument);
+}
+
+TEST(StrategyDriver, ActionsPrintReadably) {
+  std::ostringstream os;
+  os << DriverAction::started(1) << ' ' << DriverAction::cancelled(0) << ' '
+     << DriverAction::delivered();
+  EXPECT_EQ(os.str(), "start(1) cancel(0, terminal) deliver");
+}
+
+/// Counts on_start and on_finish of the executions it serves.
+struct Counting final : kevlar::BasicStrategy<Counting, int> {
+  int* started;
+  int* finished;
+  Counting(int* s, int* f) : started(s), finished(f) {}
+  [[nodiscard]] std::string describe() const override { return "Counting"; }
+  kevlar::Step start(kevlar::Layer&, int&) {
+    ++*started;
+    return kevlar::Step::run_inner;
+  }
+  void finish(kevlar::Layer&, int&) noexcept { ++*finished; }
+};
+
+TEST(StrategyDriver, ADroppedOperationAbandonsTheExecution) {
+  int started = 0;
+  int finished = 0;
+  StrategyDriver<int> d{Shield().use(std::make_shared<Counting>(&started, &finished))};
+  d.start();
+  EXPECT_EQ(started, 1);
+  d.drop(0);
+  EXPECT_FALSE(d.delivered());
+  EXPECT_EQ(finished, 1);  // every strategy's on_finish ran
+  EXPECT_TRUE(d.running().empty());
+}
+
+TEST(StrategyDriver, DestroyingTheDriverMidExecutionAbandonsIt) {
+  int started = 0;
+  int finished = 0;
+  {
+    kevlar::RetryOptions o;
+    o.backoff = kevlar::Backoff::constant(1s);
+    StrategyDriver<int> d{Shield()
+                              .use(std::make_shared<Counting>(&started, &finished))
+                              .timeout(10s)
+                              .retry(o)};
+    d.start();
+    d.fail(0, io_error);  // the retry waits on the clock, the timeout's deadline is armed
+    EXPECT_EQ(d.timers().size(), 2u);
+  }
+  EXPECT_EQ(started, 1);
+  EXPECT_EQ(finished, 1);
+}
+
+TEST(StrategyDriver, DriversOverOneShieldShareItsStrategiesState) {
+  auto clock = kevlar::ManualClock::create();
+  const Shield shield = Shield().circuit_breaker(1, 5s);
+  StrategyDriver<int> first(shield, clock);
+  first.start();
+  first.fail(0, io_error);
+  StrategyDriver<int> second(shield, clock);
+  second.start();
+  EXPECT_EQ(second.take_actions(), Actions{DriverAction::delivered()});  // rejected, not started
+  EXPECT_EQ(second.outcome().error(), kevlar::errc::circuit_open);
+}
+
+TEST(InjectAtEveryStep, RunsTheScriptOnceAsWrittenAndTwiceForEveryStep) {
+  kevlar::RetryOptions o;
+  o.max_retries = 2;
+  o.backoff = kevlar::Backoff::constant(10ms);
+  std::vector<InjectionPoint> seen;
+  const std::size_t runs = kevlar::testing::inject_at_every_step<int>(
+      [&] { return Shield().retry(o); },
+      [](StrategyDriver<int>& d) {
+        d.start();
+        d.fail(0, io_error);
+        d.advance(10ms);
+        d.succeed(1, 3);
+      },
+      [&](StrategyDriver<int>& d, const InjectionPoint& p) {
+        seen.push_back(p);
+        switch (p.kind) {
+          case Injection::none:
+            EXPECT_EQ(d.outcome().value(), 3);
+            break;
+          case Injection::failure:
+            // Every operation fails from the injection on: the retries run out.
+            ASSERT_TRUE(d.outcome().has_error());
+            EXPECT_EQ(d.outcome().error(), io_error);
+            EXPECT_EQ(d.attempts(), 3u);
+            break;
+          case Injection::cancellation:
+            EXPECT_EQ(d.outcome().error(), boost::asio::error::operation_aborted);
+            EXPECT_LE(d.attempts(), 2u);  // nothing starts once the caller cancelled
+            break;
+        }
+      });
+  EXPECT_EQ(runs, 1u + 2u * 4u);
+  ASSERT_EQ(seen.size(), runs);
+  EXPECT_EQ(seen[0].kind, Injection::none);
+  EXPECT_EQ(seen[1].step, 0u);
+  EXPECT_EQ(seen[1].kind, Injection::failure);
+  EXPECT_EQ(seen[2].kind, Injection::cancellation);
+  EXPECT_EQ(seen.back().step, 3u);
+}
+
+TEST(InjectAtEveryStep, ReportsAnExecutionThatNeverCompletes) {
+  // The operation's executor goes away with it pending: the execution is abandoned and never
+  // delivers, which the helper reports instead of passing.
+  EXPECT_THROW(kevlar::testing::inject_at_every_step<int>(
+                   [] { return Shield().retry(1); },
+                   [](StrategyDriver<int>& d) {
+                     d.start();
+                     d.drop(0);
+                   },
+                   [](StrategyDriver<int>&, const InjectionPoint&) {}),
+               std::logic_error);
+}
+
+TEST(StrategyDriver, SettleReportsAnExecutionThatCannotComplete) {
+  StrategyDriver<int> d{Shield()};
+  d.start();
+  d.drop(0);
+  EXPECT_THROW(d.settle(), std::logic_error);
+}
+
+}  // namespace
