@@ -92,35 +92,6 @@ struct Scripted {
   }
 };
 
-TEST(RetryAsync, RetriesErrorCodesAfterTheBackoffOnTheClock) {
-  asio::io_context ioc;
-  auto clock = ManualClock::create();
-  const Shield shield = Shield{}
-                            .retry(RetryOptions{.max_retries = 3, .backoff = Backoff::constant(1s)})
-                            .with_clock(clock);
-  int calls = 0;
-  asio::cancellation_signal sig;
-  Result r;
-  shield.execute_async(
-      Scripted{&ioc, {asio::error::connection_reset, asio::error::connection_refused}, &calls},
-      record(ioc, sig, r));
-  ioc.poll();
-  EXPECT_EQ(calls, 1);
-  EXPECT_EQ(clock->pending_timers(), 1U);
-  clock->advance(999ms);
-  ioc.poll();
-  EXPECT_EQ(calls, 1) << "999 ms does not release a 1 s backoff";
-  clock->advance(1ms);
-  ioc.poll();
-  EXPECT_EQ(calls, 2);
-  clock->advance(1s);
-  ioc.poll();
-  EXPECT_EQ(calls, 3);
-  EXPECT_EQ(r.completions, 1);
-  EXPECT_FALSE(r.ec);
-  EXPECT_EQ(r.value, 3);
-}
-
 // Every allocation while the backoff wait is armed (the clock timer, the cancellation handler,
 // the clock's entry) is failed in turn. The wait fails, not the loop: the retry ends with the
 // exception, the caller's handler runs once, and nothing is left behind (AddressSanitizer's leak
@@ -157,38 +128,6 @@ TEST(RetryAsync, AnAllocationFailureWhileArmingTheBackoffFailsTheCall) {
     EXPECT_EQ(calls, 1) << n;
   }
   EXPECT_GE(failures, 1);
-}
-
-TEST(RetryAsync, ExhaustedRetriesSurfaceTheLastError) {
-  asio::io_context ioc;
-  int calls = 0;
-  asio::cancellation_signal sig;
-  Result r;
-  Shield{}
-      .retry(RetryOptions{.max_retries = 2, .backoff = Backoff::none()})
-      .execute_async(Scripted{&ioc,
-                              {asio::error::connection_reset, asio::error::connection_refused,
-                               asio::error::host_unreachable},
-                              &calls},
-                     record(ioc, sig, r));
-  ioc.run();
-  EXPECT_EQ(calls, 3);
-  EXPECT_EQ(r.completions, 1);
-  EXPECT_EQ(r.ec, asio::error::host_unreachable);
-  EXPECT_EQ(r.value, 3) << "the last call's values travel with its error";
-}
-
-TEST(RetryAsync, CancellationErrorsAreNotRetriedByDefault) {
-  asio::io_context ioc;
-  int calls = 0;
-  asio::cancellation_signal sig;
-  Result r;
-  Shield{}
-      .retry(RetryOptions{.max_retries = 3, .backoff = Backoff::none()})
-      .execute_async(Scripted{&ioc, {asio::error::operation_aborted}, &calls}, record(ioc, sig, r));
-  ioc.run();
-  EXPECT_EQ(calls, 1);
-  EXPECT_EQ(r.ec, asio::error::operation_aborted);
 }
 
 TEST(RetryAsync, AwaitableFactorySurfacesTheThirdExceptionObject) {
@@ -237,55 +176,6 @@ TEST(RetryAsync, AttemptsAreCountedByTheContext) {
   ioc.run();
   EXPECT_EQ(result, 30);
   EXPECT_EQ(attempts, (std::vector<std::uint32_t>{1, 2}));
-}
-
-TEST(RetryAsync, CancellationDuringAnAttemptReturnsTheOriginalFailure) {
-  asio::io_context ioc;
-  int calls = 0;
-  int retries = 0;
-  asio::cancellation_signal sig;
-  Result r;
-  Shield{}
-      .retry(RetryOptions{.max_retries = 3,
-                          .backoff = Backoff::none(),
-                          .on_retry = [&](const RetryEvent&) { ++retries; }})
-      .execute_async(
-          [&](auto token) {
-            ++calls;
-            // The caller cancels while the attempt is pending; the attempt then fails anyway.
-            asio::post(ioc, [&] { sig.emit(asio::cancellation_type::terminal); });
-            return async_answer(ioc, asio::error::connection_reset, 1, std::move(token));
-          },
-          record(ioc, sig, r));
-  ioc.run();
-  EXPECT_EQ(calls, 1);
-  EXPECT_EQ(retries, 0);
-  EXPECT_EQ(r.ec, asio::error::connection_reset) << "the original failure, not a cancellation";
-}
-
-TEST(RetryAsync, CancellationDuringTheBackoffEndsWithOperationAborted) {
-  asio::io_context ioc;
-  auto clock = ManualClock::create();
-  int calls = 0;
-  asio::cancellation_signal sig;
-  Result r;
-  Shield{}
-      .retry(RetryOptions{.max_retries = 3, .backoff = Backoff::constant(1h)})
-      .with_clock(clock)
-      .execute_async(
-          Scripted{&ioc, std::vector<error_code>(10, asio::error::connection_reset), &calls},
-          record(ioc, sig, r));
-  ioc.poll();
-  ASSERT_EQ(clock->pending_timers(), 1U);
-  sig.emit(asio::cancellation_type::terminal);
-  ioc.poll();
-  EXPECT_EQ(r.completions, 1);
-  EXPECT_EQ(r.ec, asio::error::operation_aborted);
-  EXPECT_EQ(calls, 1);
-  EXPECT_EQ(clock->pending_timers(), 0U);
-  clock->advance(2h);
-  ioc.poll();
-  EXPECT_EQ(calls, 1) << "no attempt after the cancellation";
 }
 
 TEST(RetryAsync, CancellationInsideOnRetryEndsWithOperationAborted) {

@@ -193,37 +193,6 @@ TEST_F(Timeout, CallerCancellationWinsAndIsNotATimeout) {
   EXPECT_EQ(timeouts, 0);
 }
 
-TEST_F(Timeout, EqualNestedTimeoutsReportTheOutermost) {
-  int outer = 0, inner = 0;
-  TimeoutOptions o;
-  o.timeout = 1s;
-  o.on_timeout = [&](const TimeoutEvent&) { ++outer; };
-  TimeoutOptions i = o;
-  i.on_timeout = [&](const TimeoutEvent&) { ++inner; };
-  const Shield shield = Shield{}.timeout(o).timeout(i).with_clock(clock);
-  const std::optional<error_code> got = hang_then_advance(shield, 1s);
-  ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(*got, errc::timeout);
-  EXPECT_EQ(outer, 1);
-  EXPECT_EQ(inner, 0);
-}
-
-TEST_F(Timeout, AShorterInnerTimeoutReportsAndTheOuterPassesItThrough) {
-  int outer = 0, inner = 0;
-  TimeoutOptions o;
-  o.timeout = 10s;
-  o.on_timeout = [&](const TimeoutEvent&) { ++outer; };
-  TimeoutOptions i;
-  i.timeout = 1s;
-  i.on_timeout = [&](const TimeoutEvent&) { ++inner; };
-  const Shield shield = Shield{}.timeout(o).timeout(i).with_clock(clock);
-  const std::optional<error_code> got = hang_then_advance(shield, 1s);
-  ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(*got, errc::timeout);
-  EXPECT_EQ(inner, 1);
-  EXPECT_EQ(outer, 0);
-}
-
 TEST_F(Timeout, InsideARepeaterEachAttemptGetsAFreshBudget) {
   // Repeat(2) -> Timeout(1s): every attempt hangs and times out after its own second.
   const Shield shield = Shield{}
@@ -254,63 +223,6 @@ TEST_F(Timeout, InsideARepeaterEachAttemptGetsAFreshBudget) {
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(*got, errc::timeout);
   EXPECT_EQ(attempts, 3);
-}
-
-TEST_F(Timeout, OutsideARepeaterItCapsTheWholeLoopIncludingBackoff) {
-  const Shield shield =
-      Shield{}.timeout(5s).use(std::make_shared<test::Repeat>(100, 2s)).with_clock(clock);
-  int attempts = 0;
-  std::optional<error_code> got;
-  shield.execute_async(
-      [&](auto token) {
-        ++attempts;
-        return test::async_answer(ioc.get_executor(), asio::error::connection_refused, 0,
-                                  std::move(token));
-      },
-      asio::bind_executor(ioc, [&](error_code ec, int) { got = ec; }));
-  for (int step = 0; step < 10 && !got; ++step) {
-    ioc.poll();
-    clock->advance(1s);
-    ioc.poll();
-  }
-  ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(*got, errc::timeout);
-  EXPECT_EQ(attempts, 3);  // at 0s, 2s, 4s; the wait towards 6s was cut at 5s
-}
-
-TEST_F(Timeout, ALateSuccessPassesThrough) {
-  // An operation that ignores cancellation and succeeds after the deadline.
-  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
-  std::function<void(error_code, int)> complete_later;
-  std::optional<error_code> got;
-  int value = 0;
-  shield.execute_async(
-      [&](auto token) {
-        return asio::async_initiate<decltype(token), void(error_code, int)>(
-            [&](auto handler) {
-              auto ex = asio::get_associated_executor(handler);
-              auto h = std::make_shared<decltype(handler)>(std::move(handler));
-              complete_later = [h, ex](error_code ec, int v) {
-                asio::post(ex, [h, ec, v] { (*h)(ec, v); });
-              };
-            },
-            token);
-      },
-      asio::bind_executor(ioc, [&](error_code ec, int v) {
-        got = ec;
-        value = v;
-      }));
-  ioc.poll();
-  clock->advance(3s);
-  ioc.poll();
-  ioc.poll();
-  EXPECT_FALSE(got.has_value());
-  complete_later({}, 5);
-  ioc.restart();  // the operation holds no work of its own, so the context ran out of work
-  ioc.poll();
-  ASSERT_TRUE(got.has_value());
-  EXPECT_FALSE(*got);
-  EXPECT_EQ(value, 5);
 }
 
 TEST_F(Timeout, AThrowingHookReplacesTheTimeout) {
@@ -385,29 +297,6 @@ RetryOptions constant_retries(int n, Clock::duration delay) {
   r.max_retries = n;
   r.backoff = Backoff::constant(delay);
   return r;
-}
-
-TEST_F(Timeout, AnAsynchronousTotalTimeoutStartsNoAttemptOnceItsDeadlineHasPassed) {
-  const Shield shield = Shield{}.timeout(3s).retry(constant_retries(10, 1s)).with_clock(clock);
-  int started = 0;
-  std::optional<error_code> result;
-  shield.execute_async(
-      [&](auto token) {
-        ++started;
-        return test::async_answer(ioc.get_executor(), asio::error::connection_refused, 0,
-                                  std::move(token));
-      },
-      asio::bind_executor(ioc, [&](error_code ec, int) { result = ec; }));
-  ioc.poll();  // attempt 1 fails at t = 0
-  for (int step = 0; step < 5 && !result; ++step) {
-    clock->advance(1s);
-    ioc.restart();
-    while (ioc.poll() != 0) {
-    }
-  }
-  ASSERT_TRUE(result.has_value());
-  EXPECT_EQ(*result, errc::timeout) << result->message();
-  EXPECT_EQ(started, 3);  // at t = 0, 1 and 2
 }
 
 TEST_F(Timeout, ASynchronousTotalTimeoutStartsNoAttemptOnceItsDeadlineHasPassed) {
