@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <ctime>
-#include <iterator>
 #include <stdexcept>
 #include <utility>
 
@@ -219,21 +218,25 @@ std::vector<Clock::time_point> ManualClock::pending_deadlines() const {
 }
 
 std::size_t ManualClock::abandon_waits(const boost::asio::any_io_executor& executor) {
-  std::vector<Entry> dropped;
-  {
-    std::lock_guard lock(mutex_);
-    auto keep = std::stable_partition(timers_.begin(), timers_.end(), [&](const Entry& e) {
-      return !(e.waiter->executor() == executor);
-    });
-    std::move(keep, timers_.end(), std::back_inserter(dropped));
-    timers_.erase(keep, timers_.end());
-  }
-  for (Entry& e : dropped) {
+  // One wait at a time, outside the lock: abandoning one waiter may end others (their timers then
+  // remove their own entries), so nothing taken out earlier may be touched after an abandon().
+  std::size_t dropped = 0;
+  for (;;) {
+    std::optional<Entry> e;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = std::find_if(timers_.begin(), timers_.end(),
+                             [&](const Entry& x) { return x.waiter->executor() == executor; });
+      if (it == timers_.end()) break;
+      e = std::move(*it);
+      timers_.erase(it);
+    }
     // The wait is over: its cancellation handler must not reach this clock any more.
-    if (auto slot = e.waiter->cancellation_slot(); slot.is_connected()) slot.clear();
-    e.waiter->abandon();
+    if (auto slot = e->waiter->cancellation_slot(); slot.is_connected()) slot.clear();
+    e->waiter->abandon();
+    ++dropped;
   }
-  return dropped.size();
+  return dropped;
 }
 
 void ManualClock::wait_for_sleepers(std::size_t n) const {

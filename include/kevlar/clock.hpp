@@ -130,7 +130,9 @@ class ManualClock final : public Clock {
   /// Drops every outstanding timer wait whose completion would run on `executor`, because that
   /// executor is going away (as destroying an io_context destroys its pending timer waits): each
   /// waiter is told ClockWaiter::abandon(), on this thread, outside the clock's lock. Waits of other
-  /// executors are untouched. Returns how many were dropped.
+  /// executors (a strand of the same context included: executors are compared as they are) are
+  /// untouched. Returns how many were dropped. ClockWaiter::executor() is called under the clock's
+  /// lock: it must not use the clock.
   std::size_t abandon_waits(const boost::asio::any_io_executor& executor);
   /// Blocks until at least `n` threads are blocked in sleep_until (a test's rendezvous with a
   /// synchronous call that is about to wait; this is not a timed wait).

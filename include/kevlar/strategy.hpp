@@ -71,7 +71,9 @@ enum class DeadlineAction : unsigned char {
   /// expiry. The strategy then sees cancelled_inner() in on_inner_complete.
   cancel_inner,
   /// Call Strategy::on_wait_complete with success: a hedge's stagger. Only for a strategy that is
-  /// suspended (Step::suspend) on attempts it started with Layer::start_attempt.
+  /// suspended (Step::suspend) on attempts it started with Layer::start_attempt, and that disarms
+  /// the deadline before it returns anything else: the engine does not check, and resuming a
+  /// strategy whose pending step is an operation or a wait handler is undefined behaviour.
   resume,
 };
 
@@ -252,7 +254,8 @@ class Layer {
   /// no kernel timer per execution, O(1) arming and disarming when every deadline the strategy arms
   /// has the same duration, passed as `same_duration` (zero when durations vary). When the deadline
   /// passes, the engine performs `action` on the execution's executor, serialised with the
-  /// execution's completions, and only if the slot is still armed. Disarm it with disarm_deadline
+  /// execution's completions, and only if the slot is still armed. `slot` must not be armed
+  /// already (disarm it first: arming overwrites it). Disarm it with disarm_deadline
   /// before the strategy finishes (in on_finish at the latest). Declare
   /// StrategyTraits::needs_executor. Throws what creating the service's queue throws (std::bad_alloc;
   /// nothing is armed then).

@@ -20,14 +20,11 @@ DriverLoop::~DriverLoop() {
   context_.reset();
 }
 
-void DriverLoop::post(std::function<void()> job) {
-  if (shut_down_) return;  // `job` is destroyed on return, and with it what it owned
-  jobs_->queue.push_back(std::move(job));
-}
+void DriverLoop::post(std::function<void()> job) { jobs_->queue.push_back(std::move(job)); }
 
 std::size_t DriverLoop::run(std::size_t limit) {
   std::size_t ran = 0;
-  while (!jobs_->queue.empty()) {
+  while (!shut_down_ && !jobs_->queue.empty()) {
     if (ran == limit) {
       throw std::logic_error("kevlar::testing::StrategyDriver: " + std::to_string(limit) +
                              " jobs in one run; something posts itself forever");
@@ -44,10 +41,12 @@ std::size_t DriverLoop::pending() const noexcept { return jobs_->queue.size(); }
 
 void DriverLoop::shut_down() noexcept {
   shut_down_ = true;
-  // Destroying a job may destroy a handler that abandons its execution; that posts nothing now.
+  // Destroying a job may destroy a handler that abandons its execution, which may post again
+  // (to this loop: queued, and destroyed by a later turn of this loop).
   while (!jobs_->queue.empty()) {
     std::function<void()> job = std::move(jobs_->queue.front());
     jobs_->queue.pop_front();
+    job = nullptr;
   }
 }
 

@@ -166,8 +166,8 @@ TEST_F(BreakerDecisions, ARetryOutsideAnOpenCircuitSeesTheRejectionAsItsFailure)
   EXPECT_EQ(d.events_of<Rejected>().size(), 2u);
 }
 
-// A breaker with a two-failure threshold over calls whose steps fail or are cancelled: each call
-// ends once, and the circuit state is what the counted outcomes say.
+// A breaker that opens on the first failure, over a call whose steps fail or are cancelled: the call
+// ends once, and the circuit state is what the counted outcome says.
 TEST_F(BreakerDecisions, EveryStepSurvivesAnInjectedFailureOrCancellation) {
   std::shared_ptr<CircuitBreaker> last;
   const std::size_t runs = testing::inject_at_every_step<int>(

@@ -130,6 +130,22 @@ TEST_F(LimiterDecisions, AnAbandonedRunningCallReturnsItsPermit) {
   EXPECT_EQ(b.attempts(), 1u) << "the permit went to the queued call";
 }
 
+TEST_F(LimiterDecisions, DestroyingADriverWhoseCallIsQueuedTakesItOutOfTheQueue) {
+  make(1, 1);
+  StrategyDriver<int>& a = call();
+  {
+    StrategyDriver<int> queued(shield, clock);
+    queued.start();
+    EXPECT_EQ(limiter->state().queued, 1u);
+  }
+  EXPECT_EQ(limiter->state().queued, 0u);
+  a.succeed(0, 1);  // nothing to hand the permit to
+  run_all();
+  EXPECT_EQ(limiter->state().running, 0u);
+  StrategyDriver<int>& b = call();
+  EXPECT_EQ(b.attempts(), 1u);
+}
+
 TEST_F(LimiterDecisions, ARejectionIsReportedWithItsKindAndTheAccountingChanges) {
   make(1, 0);
   StrategyDriver<int>& a = call();

@@ -130,6 +130,27 @@ TEST(RetryAsync, AnAllocationFailureWhileArmingTheBackoffFailsTheCall) {
   EXPECT_GE(failures, 1);
 }
 
+// Through a real io_context (the driver's outcomes keep only the error): the values the last call
+// completed with travel with its error.
+TEST(RetryAsync, TheLastFailuresValuesTravelWithItsError) {
+  asio::io_context ioc;
+  int calls = 0;
+  asio::cancellation_signal sig;
+  Result r;
+  Shield{}
+      .retry(RetryOptions{.max_retries = 2, .backoff = Backoff::none()})
+      .execute_async(Scripted{&ioc,
+                              {asio::error::connection_reset, asio::error::connection_refused,
+                               asio::error::host_unreachable},
+                              &calls},
+                     record(ioc, sig, r));
+  ioc.run();
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(r.completions, 1);
+  EXPECT_EQ(r.ec, asio::error::host_unreachable);
+  EXPECT_EQ(r.value, 3) << "the last call's values travel with its error";
+}
+
 TEST(RetryAsync, AwaitableFactorySurfacesTheThirdExceptionObject) {
   asio::io_context ioc;
   std::vector<std::exception_ptr> thrown;

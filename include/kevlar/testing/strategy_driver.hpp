@@ -45,13 +45,15 @@ class DriverLoop {
   DriverLoop(const DriverLoop&) = delete;
   DriverLoop& operator=(const DriverLoop&) = delete;
 
-  /// Queues `job`; once shut down, destroys it at once instead (which abandons what it owned).
+  /// Queues `job`. Once shut down, the job is still queued, never run: shut_down() and the
+  /// destructor destroy it (which abandons what it owned), as an io_context's destructor does.
   void post(std::function<void()> job);
   /// Runs jobs, including those they post, until none is left. Throws std::logic_error after
   /// `limit` jobs in one call (something re-posts itself forever).
   std::size_t run(std::size_t limit = 100000);
   [[nodiscard]] std::size_t pending() const noexcept;
-  /// Destroys every queued job and refuses new ones (the driver is being destroyed).
+  /// Stops running jobs and destroys every queued one, including those posted while destroying
+  /// (the driver is being destroyed).
   void shut_down() noexcept;
 
   [[nodiscard]] boost::asio::execution_context& context() noexcept { return *context_; }
@@ -180,8 +182,12 @@ struct DriverAttempt {
 /// (cancel()). The shield runs on the driver's ManualClock (Shield::with_clock), so its timers
 /// are the clock's waits (timers()) and advance() releases them.
 ///
-/// Thread-safety: a driver is used from one thread. It owns the execution: destroying it while the
-/// execution is pending abandons the execution (every strategy's on_finish runs).
+/// Thread-safety: a driver is used from one thread, and its loop is not a thread-safe executor: do
+/// not hand it to real Asio I/O objects (a socket, a steady_timer), whose completions would come
+/// from another thread. It owns the execution: destroying it while the execution is pending
+/// abandons the execution (every strategy's on_finish runs), including one queued in a limiter
+/// shared with another driver. Drivers sharing a clock see each other's waits in timers(), and
+/// settle() moves that clock for all of them.
 template <class T = int>
 class StrategyDriver {
   static_assert(!std::is_void_v<T> && std::is_default_constructible_v<T>,
@@ -213,6 +219,12 @@ class StrategyDriver {
     // the shield; the loop's execution context (the deadline service) goes last.
     handlers_.clear();
     clock_->abandon_waits(boost::asio::any_io_executor(detail::DriverExecutor(loop_)));
+    // Still alive (the caller's slot keeps its handler until the execution ends): it waits in a
+    // queue shared with other drivers (a concurrency limit). Cancelling it makes the queue post
+    // its completion to this loop, where shutting down destroys it, abandoning the execution.
+    if (caller_signal_.slot().has_handler()) {
+      caller_signal_.emit(boost::asio::cancellation_type::terminal);
+    }
     loop_.shut_down();
     shield_.reset();
   }
@@ -360,7 +372,10 @@ class StrategyDriver {
       const std::vector<std::uint32_t> pending = running();
       if (delivered() && pending.empty()) return;
       if (!pending.empty()) {
-        for (std::uint32_t i : pending) finish(i, ec, T{});
+        // Finishing one may cancel another (a hedge's winner), which then aborts on its own.
+        for (std::uint32_t i : pending) {
+          if (!attempts_[i].completed) finish(i, ec, T{});
+        }
         continue;
       }
       const std::vector<Clock::time_point> waits = clock_->pending_deadlines();
@@ -397,7 +412,9 @@ class StrategyDriver {
     if (injection_->kind == Injection::cancellation) {
       caller_signal_.emit(boost::asio::cancellation_type::terminal);
     } else {
-      for (std::uint32_t i : running()) finish(i, injection_->failure, T{});
+      for (std::uint32_t i : running()) {
+        if (!attempts_[i].completed) finish(i, injection_->failure, T{});
+      }
     }
     loop_.run();
     return true;
