@@ -5,7 +5,9 @@
 # each in its own build directory under build/ with Ninja, ccache and -Werror:
 #   a  gcc-release    g++ Release: tests, benchmarks, samples, packaging tests; benchmark smoke run
 #   b  clang-release  clang++ Release: tests, benchmarks, samples
-#   c  gcc-asan       g++ AddressSanitizer + UBSan: tests
+#   c  gcc-asan       g++ Debug with AddressSanitizer + UBSan: tests, with gcov counters: the
+#                     coverage of src/, include/ and strategies/ (tools/coverage.sh: floors on
+#                     lines and branches, exception-propagation branches left out)
 #   d  gcc-tsan       g++ ThreadSanitizer: the tests labelled "concurrency"
 #   e  instructions   the instruction-count gate: callgrind counts per call of the g++ Release
 #                     build (stage a's directory) against tools/instruction-baseline.txt, 2 %
@@ -109,13 +111,19 @@ for stage in $stages; do
       ;;
     c)
       current_stage="c gcc-asan"
-      kevlar_banner "stage c: g++ AddressSanitizer + UndefinedBehaviorSanitizer — tests"
+      kevlar_banner "stage c: g++ AddressSanitizer + UndefinedBehaviorSanitizer — tests, coverage"
       prepare_sanitizers
       dir=build/ci-gcc-asan
-      configure_and_build "$dir" g++ RelWithDebInfo "-DKEVLAR_SANITIZE=address;undefined" \
-        -DKEVLAR_BUILD_TESTS=ON -DKEVLAR_BUILD_BENCHMARKS=OFF -DKEVLAR_BUILD_SAMPLES=OFF \
-        -DKEVLAR_PACKAGE_TESTS=OFF
+      # Debug: unoptimised code keeps gcov's branches those of the source (and builds in half
+      # the time of RelWithDebInfo); the sanitizers check the same.
+      configure_and_build "$dir" g++ Debug "-DKEVLAR_SANITIZE=address;undefined" \
+        -DKEVLAR_COVERAGE=ON -DKEVLAR_BUILD_TESTS=ON -DKEVLAR_BUILD_BENCHMARKS=OFF \
+        -DKEVLAR_BUILD_SAMPLES=OFF -DKEVLAR_PACKAGE_TESTS=OFF
+      # Counters of an earlier run in the same directory would inflate this run's coverage.
+      find "$dir" -name '*.gcda' -delete
       ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest "$dir"
+      kevlar_banner "stage c: coverage of src/, include/, strategies/ (gcovr)"
+      ./tools/coverage.sh "$dir"
       ;;
     d)
       current_stage="d gcc-tsan"

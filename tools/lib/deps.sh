@@ -11,10 +11,11 @@ KEVLAR_SAMPLE_PACKAGES=(g++ cmake ninja-build libboost1.81-dev libspdlog-dev)
 # What the whole test suite needs: both compilers, the clang sanitizer runtimes, ccache, and the
 # libraries Directory.cmake pins (GoogleTest, Google Benchmark, spdlog which brings fmt).
 # valgrind runs the instruction-count gate (stage e); prometheus brings promtool, which checks the
-# metrics exposition, and curl scrapes the /metrics endpoint in the observability tests.
+# metrics exposition, and curl scrapes the /metrics endpoint in the observability tests. gcovr
+# reports the coverage of stage c (tools/coverage.sh).
 KEVLAR_TEST_PACKAGES=(g++ clang libclang-rt-14-dev cmake ninja-build ccache libboost1.81-dev
                       libgtest-dev libbenchmark-dev libspdlog-dev git python3 valgrind
-                      prometheus curl)
+                      prometheus curl gcovr)
 
 kevlar_banner() {
   printf '\n======================================================================\n'
