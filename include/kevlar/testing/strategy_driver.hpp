@@ -236,7 +236,7 @@ class StrategyDriver {
     if (started_) throw std::logic_error("kevlar::testing::StrategyDriver: already started");
     started_ = true;
     if (take_injection()) return;
-    shield_->execute_async([this](auto token) { return async_operation(std::move(token)); },
+    shield_->execute_async([self = this](auto token) { return self->async_operation(std::move(token)); },
                            CallerHandler{this});
     run();
   }
@@ -405,7 +405,7 @@ class StrategyDriver {
     if (!injection_ || injection_->step != step) return false;
     injected_ = true;
     if (step == 0) {  // start() itself: the execution starts, then the injection hits it
-      shield_->execute_async([this](auto token) { return async_operation(std::move(token)); },
+      shield_->execute_async([self = this](auto token) { return self->async_operation(std::move(token)); },
                              CallerHandler{this});
       loop_.run();
     }
@@ -459,7 +459,7 @@ class StrategyDriver {
   template <class Token>
   auto async_operation(Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, T)>(
-        [this](auto handler) { start_operation(std::move(handler)); }, token);
+        [self = this](auto handler) { self->start_operation(std::move(handler)); }, token);
   }
 
   template <class Handler>
