@@ -167,7 +167,8 @@ struct DriverAttempt {
 /// It tests a strategy's decisions without sockets or threads: each step is one call here.
 ///
 /// ```
-/// StrategyDriver<int> d(Shield().retry(RetryOptions{.max_retries = 1, .delay = 100ms}));
+/// StrategyDriver<int> d(Shield().retry(
+///     RetryOptions{.max_retries = 1, .backoff = Backoff::constant(100ms)}));
 /// d.start();                                   // -> start(0)
 /// d.fail(0, make_error_code(std::errc::io_error));
 /// EXPECT_EQ(d.timers(), std::vector<Clock::duration>{100ms});  // the backoff
