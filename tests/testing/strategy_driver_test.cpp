@@ -112,10 +112,16 @@ TEST(StrategyDriver, MisuseIsRefusedWithAClearError) {
 }
 
 TEST(StrategyDriver, ActionsPrintReadably) {
+  using boost::asio::cancellation_type;
   std::ostringstream os;
   os << DriverAction::started(1) << ' ' << DriverAction::cancelled(0) << ' '
-     << DriverAction::delivered();
-  EXPECT_EQ(os.str(), "start(1) cancel(0, terminal) deliver");
+     << DriverAction::cancelled(2, cancellation_type::partial) << ' '
+     << DriverAction::cancelled(3, cancellation_type::total) << ' ' << DriverAction::delivered();
+  EXPECT_EQ(os.str(), "start(1) cancel(0, terminal) cancel(2, partial) cancel(3, total) deliver");
+  EXPECT_STREQ(kevlar::testing::to_string(cancellation_type::none), "none");
+  EXPECT_STREQ(kevlar::testing::to_string(cancellation_type::all), "all");
+  EXPECT_STREQ(kevlar::testing::to_string(cancellation_type::terminal | cancellation_type::partial),
+               "mixed");
 }
 
 /// Counts on_start and on_finish of the executions it serves.

@@ -6,6 +6,8 @@
 #include <kevlar/testing/strategy_driver.hpp>
 #include <kevlar/timeout.hpp>
 
+#include <test_options.hpp>
+
 #include <gtest/gtest.h>
 
 #include <boost/asio/error.hpp>
@@ -24,19 +26,13 @@ using testing::InjectionPoint;
 using testing::StrategyDriver;
 using Actions = std::vector<DriverAction>;
 using Durations = std::vector<Clock::duration>;
+using test::constant_retries;
 
 TimeoutOptions counted(Clock::duration budget, int& fired) {
   TimeoutOptions o;
   o.timeout = budget;
   o.on_timeout = [&fired](const TimeoutEvent&) { ++fired; };
   return o;
-}
-
-RetryOptions constant_retries(int n, Clock::duration delay) {
-  RetryOptions r;
-  r.max_retries = n;
-  r.backoff = Backoff::constant(delay);
-  return r;
 }
 
 TEST(TimeoutDecisions, TheDeadlineCancelsTheAttemptAndReportsTimeout) {
