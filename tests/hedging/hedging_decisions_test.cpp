@@ -113,8 +113,9 @@ TEST(HedgingDecisions, CallerCancellationCancelsEveryAttemptAndLaunchesNoMore) {
   EXPECT_EQ(d.attempts(), 2u);
 }
 
-// kevlar-semantics: retry(1) outside hedge(3, infinite) over an always-failing operation runs the
-// hedge's three attempts twice, each launched by the failure before it.
+// A retry outside a hedge runs the whole hedge again (docs/strategies/hedging.md):
+// retry(1) outside hedge(3, infinite) over an always-failing operation runs the hedge's three
+// attempts twice, each launched by the failure before it.
 TEST(HedgingDecisions, RetryOutsideAHedgeRunsTheHedgeAgainAfterItsLastFailure) {
   RetryOptions retry;
   retry.max_retries = 1;

@@ -281,7 +281,12 @@ class StrategyDriver {
   // ---- what happened -------------------------------------------------------------------------
 
   /// Boundary actions since the last take_actions(), in order.
-  [[nodiscard]] std::vector<DriverAction> take_actions() { return std::exchange(actions_, {}); }
+  [[nodiscard]] std::vector<DriverAction> take_actions() {
+    std::vector<DriverAction> r(all_actions_.begin() + static_cast<std::ptrdiff_t>(taken_),
+                                all_actions_.end());
+    taken_ = all_actions_.size();
+    return r;
+  }
   /// Every boundary action so far.
   [[nodiscard]] const std::vector<DriverAction>& actions() const noexcept { return all_actions_; }
 
@@ -502,10 +507,7 @@ class StrategyDriver {
     h->complete(ec, std::move(value));
   }
 
-  void record(DriverAction a) {
-    actions_.push_back(a);
-    all_actions_.push_back(a);
-  }
+  void record(DriverAction a) { all_actions_.push_back(a); }
 
   /// The caller's completion handler: the driver's executor and cancellation slot.
   struct CallerHandler {
@@ -536,8 +538,8 @@ class StrategyDriver {
   std::vector<DriverAttempt> attempts_;
   std::vector<std::unique_ptr<AnyHandler>> handlers_;
   std::vector<boost::asio::cancellation_slot> slots_;
-  std::vector<DriverAction> actions_;
   std::vector<DriverAction> all_actions_;
+  std::size_t taken_ = 0;  ///< all_actions_ returned by take_actions() so far
   std::optional<Outcome<T>> outcome_;
   std::size_t deliveries_ = 0;
   bool started_ = false;
