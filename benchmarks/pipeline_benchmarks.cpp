@@ -1,4 +1,6 @@
-// BM_Pipeline: Kevlar's composed scenario, Timeout(10 s) -> Retry(3, no delay) -> ratio breaker.
+// BM_Pipeline: Kevlar's composed scenarios: Timeout(10 s) -> Retry(3, no delay) -> ratio breaker,
+// and rate limit -> timeout -> retry -> breaker -> concurrency limit beside each of its five
+// strategies alone, in the same run.
 #include "bench_support.hpp"
 
 #include <kevlar/kevlar.hpp>
@@ -30,7 +32,89 @@ void BM_Pipeline_timeout_retry_breaker_async(benchmark::State& state) {
       state, timeout_retry_breaker(), "idle loop (deadline timer armed once); compare BM_Overhead/raw_async");
 }
 
+/// The five strategies of BM_Pipeline/five_strategies, each configured as there.
+kevlar::RateLimitOptions never_rejecting_rate() {
+  kevlar::RateLimitOptions o;
+  o.permits = static_cast<int>(kevlar::RateLimitLedger::max_count);  // one per nanosecond
+  o.window = 1s;
+  return o;
+}
+kevlar::RetryOptions three_retries() {
+  kevlar::RetryOptions o;
+  o.max_retries = 3;
+  o.backoff = kevlar::Backoff::none();
+  return o;
+}
+kevlar::CircuitBreakerOptions ratio_breaker() {
+  kevlar::CircuitBreakerOptions o;
+  o.failure_ratio = 0.1;
+  o.minimum_throughput = 100;
+  o.sampling_window = 30s;
+  o.break_duration = 5s;
+  return o;
+}
+
+const kevlar::Shield& five_strategies() {
+  static const kevlar::Shield s = kevlar::Shield{}
+                                      .rate_limit(never_rejecting_rate())
+                                      .timeout(10s)
+                                      .retry(three_retries())
+                                      .circuit_breaker(ratio_breaker())
+                                      .concurrency_limit(1024);
+  return s;
+}
+
+void BM_Pipeline_raw(benchmark::State& state) {
+  int x = 0;
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) {
+    x = work(x);
+    benchmark::DoNotOptimize(x);
+  }
+  allocs.report(state);
+  state.SetLabel("no event loop; the call itself");
+}
+
+void BM_Pipeline_five_strategies(benchmark::State& state) {
+  kevlar::bench::run_sync_calls(state, five_strategies(),
+                                "no event loop; compare the sum of BM_Pipeline/single/*");
+}
+
+void BM_Pipeline_five_strategies_async(benchmark::State& state) {
+  kevlar::bench::run_async_calls(state, five_strategies(),
+                                 "idle loop (deadline timer armed once)");
+}
+
+/// One strategy of the five alone, for the sum the pipeline is compared with.
+template <int Which>
+void BM_Pipeline_single(benchmark::State& state) {
+  static const kevlar::Shield s = [] {
+    const kevlar::Shield e;
+    switch (Which) {
+      case 0:
+        return e.rate_limit(never_rejecting_rate());
+      case 1:
+        return e.timeout(10s);
+      case 2:
+        return e.retry(three_retries());
+      case 3:
+        return e.circuit_breaker(ratio_breaker());
+      default:
+        return e.concurrency_limit(1024);
+    }
+  }();
+  kevlar::bench::run_sync_calls(state, s, "no event loop; one of the five alone");
+}
+
 }  // namespace
 
+BENCHMARK(BM_Pipeline_raw)->Name("BM_Pipeline/raw");
+BENCHMARK(BM_Pipeline_five_strategies)->Name("BM_Pipeline/five_strategies");
+BENCHMARK(BM_Pipeline_five_strategies_async)->Name("BM_Pipeline/five_strategies_async");
+BENCHMARK(BM_Pipeline_single<0>)->Name("BM_Pipeline/single/rate_limit");
+BENCHMARK(BM_Pipeline_single<1>)->Name("BM_Pipeline/single/timeout");
+BENCHMARK(BM_Pipeline_single<2>)->Name("BM_Pipeline/single/retry");
+BENCHMARK(BM_Pipeline_single<3>)->Name("BM_Pipeline/single/circuit_breaker");
+BENCHMARK(BM_Pipeline_single<4>)->Name("BM_Pipeline/single/concurrency_limit");
 BENCHMARK(BM_Pipeline_timeout_retry_breaker)->Name("BM_Pipeline/timeout_retry_breaker");
 BENCHMARK(BM_Pipeline_timeout_retry_breaker_async)->Name("BM_Pipeline/timeout_retry_breaker_async");

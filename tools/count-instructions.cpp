@@ -30,7 +30,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +45,24 @@ class PassThrough final : public kevlar::Strategy {
  public:
   std::string describe() const override { return "PassThrough"; }
   kevlar::Step on_start(kevlar::Layer&) override { return kevlar::Step::run_inner; }
+};
+
+/// The rate limit's control: a pass-through layer that reads the shield's clock and does one CAS
+/// on a shared word, what the limiter's admission adds to a layer.
+class ClockCasControl final : public kevlar::Strategy {
+ public:
+  std::string describe() const override { return "ClockCasControl"; }
+  kevlar::Step on_start(kevlar::Layer& layer) override {
+    const std::int64_t now = layer.clock().now().time_since_epoch().count();
+    std::int64_t w = word_.load(std::memory_order_relaxed);
+    while (!word_.compare_exchange_weak(w, (w > now ? w : now) + 1, std::memory_order_relaxed,
+                                        std::memory_order_relaxed)) {
+    }
+    return kevlar::Step::run_inner;
+  }
+
+ private:
+  std::atomic<std::int64_t> word_{0};
 };
 
 [[gnu::noinline]] int work(int x) {
@@ -140,6 +160,14 @@ kevlar::Shield make(const char* name) {
   }
   if (std::strcmp(name, "concurrency_limit") == 0) return empty.concurrency_limit(1024);
   if (std::strcmp(name, "fallback") == 0) return empty.fallback(0);
+  // A rate that never rejects here: one permit per nanosecond, a burst of 2^31-1.
+  kevlar::RateLimitOptions rate;
+  rate.permits = static_cast<int>(kevlar::RateLimitLedger::max_count);
+  rate.window = 1s;
+  if (std::strcmp(name, "rate_limit") == 0) return empty.rate_limit(rate);
+  if (std::strcmp(name, "clock_cas_control") == 0) {
+    return empty.use(std::make_shared<ClockCasControl>());
+  }
   // Asynchronous only: the first attempt wins before the 10 s delay (no hedge launched), or the
   // first fails and the second, launched with it, wins.
   if (std::strcmp(name, "hedge_first_wins") == 0) return empty.hedge(2, 10s);
@@ -152,6 +180,10 @@ kevlar::Shield make(const char* name) {
   ratio.minimum_throughput = 100;
   const kevlar::Shield trb = empty.timeout(10s).retry(3).circuit_breaker(ratio);
   if (std::strcmp(name, "timeout_retry_breaker") == 0) return trb;
+  if (std::strcmp(name, "five_strategies") == 0) {
+    return empty.rate_limit(rate).timeout(10s).retry(3).circuit_breaker(ratio).concurrency_limit(
+        1024);
+  }
   // The same shield, named and observed: by the metrics observer, by the spdlog observer (a null
   // sink at spdlog's default level, info, where a successful call logs nothing), or by both.
   const std::string observed = name;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per call (callgrind) of an empty shield, one pass-through strategy and each built-in
-# strategy, synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
+# strategy (and the rate limit's control: a pass-through layer reading the clock and doing one
+# CAS), synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
 # execute_async calls on an io_context; async_hedge_*: a hedge whose first attempt wins before its
 # delay, or fails and the second wins), of timeout -> retry -> breaker with observers
 # (observed_trb_*: an observer doing nothing, the metrics observer, the spdlog observer, both),
@@ -27,9 +28,12 @@ command -v valgrind > /dev/null || { echo "valgrind is needed (apt-get install v
 # The modes, each with its N (fewer for the slower shapes, to keep the whole run near a minute).
 modes=(
   "empty 100000" "pass_through 100000" "retry 100000" "timeout 100000" "circuit_breaker 100000"
-  "concurrency_limit 100000" "fallback 100000" "timeout_retry_breaker 100000"
+  "concurrency_limit 100000" "fallback 100000" "rate_limit 100000" "clock_cas_control 100000"
+  "timeout_retry_breaker 100000"
+  "five_strategies 100000"
   "async_empty 20000" "async_pass_through 20000" "async_retry 20000" "async_timeout 20000"
-  "async_circuit_breaker 20000" "async_concurrency_limit 20000" "async_timeout_retry_breaker 20000"
+  "async_circuit_breaker 20000" "async_concurrency_limit 20000" "async_rate_limit 20000"
+  "async_timeout_retry_breaker 20000" "async_five_strategies 20000"
   "async_hedge_first_wins 20000" "async_hedge_second_wins 10000"
   "pair_unpaired_callback 10000" "pair_unpaired_coroutine 5000"
   "pair_no_limiter_control_callback 10000" "pair_no_limiter_control_coroutine 5000"

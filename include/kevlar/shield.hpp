@@ -39,6 +39,7 @@ struct RetryOptions;
 struct TimeoutOptions;
 struct CircuitBreakerOptions;
 struct ConcurrencyLimitOptions;
+struct RateLimitOptions;
 template <class T>
 struct FallbackOptions;
 struct HedgeOptions;
@@ -174,6 +175,12 @@ class Shield {
   [[nodiscard]] Shield circuit_breaker(int consecutive_failures,
                                        Clock::duration break_duration) const;
   [[nodiscard]] Shield circuit_breaker(const CircuitBreakerOptions& options) const;
+
+  /// Appends a rate limit: at most `permits` calls per `window` on average, bursts up to
+  /// `permits`, no queue (a call beyond the rate fails at once with `errc::rate_limited` and an
+  /// exact retry-after). See <kevlar/rate_limit.hpp>.
+  [[nodiscard]] Shield rate_limit(int permits, Clock::duration window) const;
+  [[nodiscard]] Shield rate_limit(const RateLimitOptions& options) const;
 
   /// Appends a concurrency limit: at most `max_concurrency` calls run at once and at most
   /// `max_queue` wait. See <kevlar/concurrency_limit.hpp>.

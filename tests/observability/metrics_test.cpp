@@ -296,6 +296,31 @@ TEST_F(Metrics, LimiterGaugesAreReadFromTheLimiter) {
   EXPECT_EQ(s.value("kevlar.concurrency_limit.capacity", tags), 3);
 }
 
+TEST_F(Metrics, RateLimitGaugesAreReadOnTheObserversClock) {
+  MetricsOptions o;
+  o.clock = clock;
+  metrics = std::make_shared<MetricsObserver>(o);
+  RateLimitOptions r;
+  r.permits = 2;
+  r.window = 2s;
+  auto limiter = RateLimitStrategy::create(r);
+  const Shield shield =
+      Shield{}.with_name("r").use(limiter).with_clock(clock).observed_by(metrics);
+  const MetricsSnapshot::TagFilter tags = {{"kevlar.shield.name", "r"},
+                                           {"kevlar.strategy.index", "0"}};
+  EXPECT_EQ(shield.execute([] { return 1; }), 1);
+  EXPECT_EQ(value("kevlar.rate_limit.available", tags), 1);
+  EXPECT_EQ(value("kevlar.rate_limit.queued", tags), 0);
+  EXPECT_EQ(shield.execute([] { return 1; }), 1);
+  EXPECT_EQ(value("kevlar.rate_limit.available", tags), 0);
+  EXPECT_THROW((void)shield.execute([] { return 1; }), Error);
+  EXPECT_EQ(value("kevlar.rejections", {{"kevlar.rejection.type", "rate_limit"}}), 1);
+  clock->advance(1s);
+  EXPECT_EQ(value("kevlar.rate_limit.available", tags), 1) << "the permits refill with time";
+  clock->advance(1h);
+  EXPECT_EQ(value("kevlar.rate_limit.available", tags), 2) << "up to the burst";
+}
+
 TEST_F(Metrics, TheObserverKeepsNoStrategyAlive) {
   std::weak_ptr<CircuitBreaker> weak;
   {

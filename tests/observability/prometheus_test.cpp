@@ -151,6 +151,34 @@ TEST(Prometheus, PromtoolAcceptsTheExposition) {
   EXPECT_NE(bad_output.find("_total"), std::string::npos) << bad_output;
 }
 
+TEST(Prometheus, PromtoolAcceptsTheLimitersGauges) {
+  ASSERT_STRNE(KEVLAR_PROMTOOL, "") << "promtool not found: install the Debian package prometheus";
+  auto metrics = std::make_shared<MetricsObserver>();
+  RateLimitOptions rate;
+  rate.permits = 1;
+  rate.window = std::chrono::hours(1);
+  rate.queue_limit = 1;
+  const Shield shield = Shield{}
+                            .with_name("limited")
+                            .rate_limit(rate)
+                            .concurrency_limit(4)
+                            .observed_by(metrics);
+  EXPECT_EQ(shield.execute([] { return 1; }), 1);
+  const std::string text = prometheus::to_text(metrics->snapshot());
+  EXPECT_NE(text.find("# TYPE kevlar_rate_limit_available gauge\n"
+                      "kevlar_rate_limit_available{kevlar_shield_name=\"limited\","
+                      "kevlar_strategy_index=\"0\"} 0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kevlar_rate_limit_queued{kevlar_shield_name=\"limited\","
+                      "kevlar_strategy_index=\"0\"} 0\n"),
+            std::string::npos)
+      << text;
+  const auto [status, output] = promtool_check(text, "limiters.prom");
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(output, "") << "promtool's lint findings";
+}
+
 TEST(Prometheus, WholeNumbersPrintAsIntegersAndFractionsExactly) {
   MetricsSnapshot snap;
   for (const double v : {0.0, 1e6, 123456789.0, 9007199254740992.0, 0.0005, 2.5, 7.1765e-05}) {

@@ -2,6 +2,7 @@
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/metrics.hpp>
+#include <kevlar/rate_limit.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -135,6 +136,10 @@ constexpr Instrument limiter_queued{"kevlar.concurrency_limit.queued", Instrumen
 constexpr Instrument limiter_capacity{"kevlar.concurrency_limit.capacity", InstrumentKind::gauge,
                                       "{execution}",
                                       "Concurrency limit permits (max_concurrency)."};
+constexpr Instrument rate_available{"kevlar.rate_limit.available", InstrumentKind::gauge,
+                                    "{permit}", "Rate limit permits a call could take now."};
+constexpr Instrument rate_queued{"kevlar.rate_limit.queued", InstrumentKind::gauge,
+                                 "{execution}", "Calls waiting for a reserved rate limit permit."};
 
 Series make_series(const Instrument& i) {
   Series s;
@@ -167,7 +172,7 @@ struct MetricsObserver::Group {
 };
 
 struct MetricsObserver::Gauge {
-  enum class Kind : unsigned char { breaker, limiter };
+  enum class Kind : unsigned char { breaker, limiter, rate_limit };
   Kind kind;
   std::optional<std::string> name;
   std::size_t index;
@@ -255,6 +260,8 @@ void MetricsObserver::on_shield(ShieldInfo& shield) {
       kind = Gauge::Kind::breaker;
     } else if (dynamic_cast<const ConcurrencyLimitStrategy*>(s.get()) != nullptr) {
       kind = Gauge::Kind::limiter;
+    } else if (dynamic_cast<const RateLimitStrategy*>(s.get()) != nullptr) {
+      kind = Gauge::Kind::rate_limit;
     } else {
       continue;
     }
@@ -403,7 +410,8 @@ MetricsSnapshot MetricsObserver::snapshot() const {
   }
 
   // Gauges, read from the live strategies; aliases of destroyed ones are dropped.
-  std::vector<Series> breaker, inflight, queued, capacity;
+  std::vector<Series> breaker, inflight, queued, capacity, available, rate_waiting;
+  const Clock& clock = options_.clock ? *options_.clock : *Clock::steady();
   {
     const std::lock_guard lock(gauges_mutex_);
     std::erase_if(gauges_, [](const Gauge& g) { return g.strategy.expired(); });
@@ -423,6 +431,10 @@ MetricsSnapshot MetricsObserver::snapshot() const {
       if (g.kind == Gauge::Kind::breaker) {
         const auto& b = static_cast<const CircuitBreaker&>(*s);
         breaker.push_back(tagged(breaker_state, static_cast<double>(b.state())));
+      } else if (g.kind == Gauge::Kind::rate_limit) {
+        const RateLimitState st = static_cast<const RateLimitStrategy&>(*s).state(clock);
+        available.push_back(tagged(rate_available, st.available));
+        rate_waiting.push_back(tagged(rate_queued, st.queued));
       } else {
         const auto& l = static_cast<const ConcurrencyLimitStrategy&>(*s);
         const ConcurrencyLimitState st = l.state();
@@ -432,7 +444,7 @@ MetricsSnapshot MetricsObserver::snapshot() const {
       }
     }
   }
-  for (std::vector<Series>* v : {&breaker, &inflight, &queued, &capacity}) {
+  for (std::vector<Series>* v : {&breaker, &inflight, &queued, &capacity, &available, &rate_waiting}) {
     for (Series& s : *v) out.series.push_back(std::move(s));
   }
   return out;

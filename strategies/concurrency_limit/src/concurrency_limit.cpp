@@ -1,8 +1,5 @@
 #include <kevlar/concurrency_limit.hpp>
-
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
+#include <kevlar/detail/rejection_hooks.hpp>
 
 #include <new>
 #include <sstream>
@@ -88,14 +85,7 @@ Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
 
 Step ConcurrencyLimitStrategy::wait_complete(Layer& layer, Frame& f,
                                             const boost::system::error_code& ec) {
-  if (f.phase == Phase::rejecting) {  // the asynchronous rejection hook finished
-    if (f.hook_failure) {
-      layer.outcome().set_exception(f.hook_failure);
-    } else {
-      layer.outcome().set_rejection(LimiterLedger::rejection(), std::nullopt);
-    }
-    return Step::complete;
-  }
+  if (f.phase == Phase::rejecting) return Step::complete;  // the hook set the outcome
   if (!ec) {
     f.phase = Phase::holding;
     if (layer.wants<LimiterStateChanged>()) emit_state(layer);
@@ -115,30 +105,9 @@ Step ConcurrencyLimitStrategy::reject(Layer& layer) {
     layer.emit(Rejected{RejectionKind::concurrency_limit, std::nullopt});
     if (layer.wants<LimiterStateChanged>()) emit_state(layer);
   }
-  if (options_.on_rejected) options_.on_rejected(event);  // a throw becomes the outcome
-  if (!options_.on_rejected_async) {
-    layer.outcome().set_rejection(LimiterLedger::rejection(), std::nullopt);
-    return Step::complete;
-  }
-  if (layer.synchronous()) {
-    boost::asio::io_context private_context;
-    std::exception_ptr failure;
-    boost::asio::co_spawn(private_context, options_.on_rejected_async(event),
-                          [&](std::exception_ptr ep) { failure = ep; });
-    private_context.run();
-    if (failure) std::rethrow_exception(failure);
-    layer.outcome().set_rejection(LimiterLedger::rejection(), std::nullopt);
-    return Step::complete;
-  }
-  f.phase = Phase::rejecting;
-  auto ex = layer.executor();
-  boost::asio::co_spawn(
-      ex, options_.on_rejected_async(event),
-      boost::asio::bind_executor(ex, [&f, h = layer.wait_handler()](std::exception_ptr ep) mutable {
-        f.hook_failure = ep;
-        std::move(h)(boost::system::error_code());
-      }));
-  return Step::suspend;
+  return detail::run_rejection_hooks(layer, event, options_.on_rejected,
+                                     options_.on_rejected_async, LimiterLedger::rejection(),
+                                     std::nullopt, [&f] { f.phase = Phase::rejecting; });
 }
 
 Step ConcurrencyLimitStrategy::inner_complete(Layer& layer, Frame& f) {

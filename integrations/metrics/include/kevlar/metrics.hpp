@@ -79,6 +79,10 @@ struct MetricsOptions {
   /// Gauge aliases per stateful strategy: a breaker or limiter shared by many observed shields
   /// (named and indexed differently) gets a gauge series for each, up to this many.
   std::size_t max_aliases_per_strategy = 64;
+  /// The clock a rate limit's `kevlar.rate_limit.available` gauge is read on (its permits refill
+  /// with time): null for the steady clock. Give it the observed shields' clock when they use
+  /// another one (Shield::with_clock, a ManualClock in tests).
+  std::shared_ptr<const Clock> clock;
 };
 
 namespace detail {

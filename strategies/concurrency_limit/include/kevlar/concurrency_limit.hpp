@@ -213,7 +213,6 @@ struct LimiterFrame {
     rejecting,  ///< rejected; the asynchronous rejection hook is running
   };
   Phase phase = Phase::acquiring;
-  std::exception_ptr hook_failure;
 };
 
 }  // namespace detail

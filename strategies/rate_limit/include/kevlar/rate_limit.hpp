@@ -1,0 +1,273 @@
+// kevlar — the rate limit strategy: a GCRA schedule in one atomic word, FIFO reservations when
+// queueing is allowed.
+#pragma once
+
+#include <kevlar/clock.hpp>
+#include <kevlar/concurrency_limit.hpp>
+#include <kevlar/context.hpp>
+#include <kevlar/error.hpp>
+#include <kevlar/shield.hpp>
+#include <kevlar/strategy.hpp>
+#include <kevlar/unpaired_semaphore.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace kevlar {
+
+/// Permits available now and calls waiting for a reserved permit, as a rate limit reports them.
+struct RateLimitState {
+  /// Permits a call could take now: `burst - ceil(debt / emission_interval)`, clamped at 0; the
+  /// whole burst when the limiter was never used; 0 while anyone is queued.
+  std::uint32_t available = 0;
+  std::uint32_t queued = 0;  ///< calls holding a reservation and waiting for its due time
+};
+
+/// The decisions of a rate limit, without I/O: the generic cell rate algorithm (GCRA) over a
+/// caller-supplied time, and the accounting of queued reservations. RateLimitStrategy drives it
+/// with its clock; tests drive it with any time they like.
+///
+/// GCRA keeps one value, the theoretical arrival time (TAT) of the next call, starting at minus
+/// infinity (the full burst is available at once). With emission interval `T` and burst tolerance
+/// `tau = (burst - 1) * T`, a call at `now` is admitted iff `TAT - now <= tau`, and then
+/// `TAT = max(now, TAT) + T`. That is a token bucket of `burst` tokens refilled continuously, one
+/// every `T`, without the bucket's bookkeeping: idle time never accumulates beyond the burst, and
+/// nothing is ever refunded (a failed call has consumed its permit).
+///
+/// Without a queue (`queue_limit == 0`) acquire() is one CAS loop on one atomic 64-bit word: no
+/// lock, no allocation. A rejection's retry-after is exact: `TAT - now - tau`, the first moment a
+/// call would be admitted.
+///
+/// With a queue, acquire() runs under a mutex. A call that finds no permit (or anyone queued)
+/// reserves one if fewer than `queue_limit` calls are queued: the reservation advances TAT by `T`
+/// like an admission, and its call may start at its due time. Reservations are FIFO, so the
+/// oldest one is due at `TAT - tau - queued * T` (head_due()); when it starts, consume_head()
+/// removes it. A queued call that leaves (cancellation, a failure while waiting) gives its
+/// reservation back with cancel_reservation(): TAT moves back by `T` and every later reservation
+/// becomes due `T` earlier, so no cancel/requeue sequence leaves debt behind. An overflow
+/// rejection's retry-after includes the queued debt: `max(0, TAT - now - tau)`.
+///
+/// Times are nanosecond counts of Clock::time_point; `T` is `window / permits` rounded up to the
+/// nanosecond, so the limiter never admits more than `permits` per `window` over time (it may
+/// admit very slightly fewer when the window is not a multiple of the permits).
+///
+/// Thread-safety: every member may be called from any thread at once.
+class RateLimitLedger {
+ public:
+  /// What acquire() decided.
+  struct Decision {
+    enum class Kind : unsigned char {
+      admitted,  ///< a permit was taken: the call runs now
+      queued,    ///< a reservation was taken: the call runs at its turn (queue mode only)
+      rejected,  ///< no permit and no queue place: see retry_after
+    };
+    Kind kind = Kind::admitted;
+    /// For a rejection: how long until a call would be admitted (or, for a full queue, until the
+    /// queued debt is paid); zero otherwise.
+    Clock::duration retry_after{};
+  };
+
+  /// The largest burst, and the largest queue limit, the ledger counts.
+  static constexpr std::uint32_t max_count = 0x7FFF'FFFFu;
+
+  /// `emission_interval` is `T` (> 0); `burst` (>= 1) the bucket's capacity; `queue_limit` the
+  /// calls that may hold a reservation. Throws std::invalid_argument if a value is out of range or
+  /// `(burst + queue_limit) * T` does not fit in a signed 64-bit nanosecond count.
+  RateLimitLedger(Clock::duration emission_interval, std::uint32_t burst,
+                  std::uint32_t queue_limit);
+  RateLimitLedger(const RateLimitLedger&) = delete;
+  RateLimitLedger& operator=(const RateLimitLedger&) = delete;
+
+  /// Takes a permit at `now`, reserves one (queue mode), or rejects with a retry-after. Lock-free
+  /// without a queue; under the ledger's mutex with one. Never allocates, never throws.
+  Decision acquire(Clock::time_point now) noexcept {
+    if (queue_limit_ == 0) return acquire_unqueued(now.time_since_epoch().count());
+    return acquire_queued(now.time_since_epoch().count());
+  }
+
+  /// Queue mode: when the oldest reservation is due (meaningful while queued() > 0).
+  [[nodiscard]] Clock::time_point head_due() const noexcept;
+  /// Queue mode: the oldest reservation's call starts; the reservation leaves the queue.
+  void consume_head() noexcept;
+  /// Queue mode: a queued call gives its reservation back (it was cancelled, or failed while
+  /// waiting): TAT moves back by T, later reservations become due T earlier.
+  void cancel_reservation() noexcept;
+
+  /// Permits available at `now` and calls queued, read coherently (one load without a queue,
+  /// under the mutex with one).
+  [[nodiscard]] RateLimitState snapshot(Clock::time_point now) const noexcept;
+  /// Reservations currently held.
+  [[nodiscard]] std::uint32_t queued() const noexcept;
+
+  [[nodiscard]] Clock::duration emission_interval() const noexcept {
+    return Clock::duration(interval_);
+  }
+  /// tau: how far ahead of now the schedule may run while still admitting a call.
+  [[nodiscard]] Clock::duration burst_tolerance() const noexcept {
+    return Clock::duration(tolerance_);
+  }
+  [[nodiscard]] std::uint32_t burst() const noexcept { return burst_; }
+  [[nodiscard]] std::uint32_t queue_limit() const noexcept { return queue_limit_; }
+
+ private:
+  using rep = std::int64_t;
+  /// TAT before any call: minus infinity.
+  static constexpr rep never = std::numeric_limits<rep>::min();
+
+  /// TAT - now, or a value <= 0 for "not ahead of now" (never overflows: TAT == never reads as
+  /// far behind).
+  static rep ahead(rep tat, rep now) noexcept { return tat <= now ? 0 : tat - now; }
+
+  Decision acquire_unqueued(rep now) noexcept {
+    rep tat = tat_.load(std::memory_order_relaxed);
+    for (;;) {
+      const rep lead = ahead(tat, now);
+      if (lead > tolerance_) return {Decision::Kind::rejected, Clock::duration(lead - tolerance_)};
+      const rep next = (tat > now ? tat : now) + interval_;
+      if (tat_.compare_exchange_weak(tat, next, std::memory_order_relaxed,
+                                     std::memory_order_relaxed)) {
+        return {};
+      }
+    }
+  }
+  Decision acquire_queued(rep now) noexcept;
+  [[nodiscard]] std::uint32_t available(rep tat, rep now) const noexcept;
+
+  alignas(64) std::atomic<rep> tat_{never};
+  rep interval_;
+  rep tolerance_;
+  std::uint32_t burst_;
+  std::uint32_t queue_limit_;
+  std::uint32_t queued_ = 0;  ///< reservations held (queue mode; under mutex_)
+  mutable std::mutex mutex_;  ///< queue mode only
+};
+
+/// What the rejection hooks receive.
+struct RateLimitRejectedEvent {
+  Clock::duration retry_after{};  ///< the rejection's retry-after (also in the error)
+  std::uint32_t permits = 0;
+  Clock::duration window{};
+  std::uint32_t burst = 0;
+  std::uint32_t queue_limit = 0;
+  std::size_t strategy_index = 0;  ///< position of the limiter in the pipeline (0: outermost)
+  Context& context;                ///< the rejected execution's context (do not keep it)
+};
+
+/// Options of Shield::rate_limit. Defaults follow Kevlar: 100 permits per second, a burst of
+/// `permits`, no queue.
+struct RateLimitOptions {
+  /// Permits replenished per window (1 .. RateLimitLedger::max_count).
+  int permits = 100;
+  /// The replenishment window (> 0). One permit comes back every `window / permits`.
+  Clock::duration window = std::chrono::seconds(1);
+  /// How many permits may be taken at once after an idle period (1 .. RateLimitLedger::max_count);
+  /// unset means `permits`. It may exceed `permits`.
+  std::optional<int> burst;
+  /// Calls that may wait for a reserved future permit (0 .. RateLimitLedger::max_count); 0 rejects
+  /// as soon as no permit is available.
+  int queue_limit = 0;
+  /// Called for each rejection, first. An exception it throws replaces the rejection (and the
+  /// asynchronous hook is skipped).
+  std::function<void(const RateLimitRejectedEvent&)> on_rejected;
+  /// Awaited after on_rejected: in an asynchronous execution it runs as a coroutine on the
+  /// execution's executor; a synchronous execution runs it to completion on a private io_context.
+  /// An exception it throws replaces the rejection.
+  std::function<boost::asio::awaitable<void>(RateLimitRejectedEvent)> on_rejected_async;
+};
+
+namespace detail {
+
+/// A rate limit's per-execution state, in its layer's frame.
+struct RateLimitFrame {
+  enum class Phase : unsigned char {
+    admitting,  ///< nothing taken yet (or a permit taken: nothing to give back)
+    reserved,   ///< holds a reservation, waits for its turn at the head of the queue
+    head,       ///< holds a reservation and the turn, waits for the reservation's due time
+    rejecting,  ///< rejected; the asynchronous rejection hook is running
+  };
+  Phase phase = Phase::admitting;
+};
+
+}  // namespace detail
+
+/// Admits at most `permits` calls per `window` on average, with bursts up to `burst` (GCRA; see
+/// RateLimitLedger), optionally queueing up to `queue_limit` calls for a reserved future permit.
+///
+/// Without a queue, admission is one CAS on one atomic word (no lock, no allocation, no executor
+/// hop) and a call beyond the rate fails at once with `errc::rate_limited` and an exact
+/// retry-after (`Outcome::retry_after()`, `Error::retry_after()`, the Rejected event and the
+/// hooks' event): the first moment a call would be admitted. Rejection hooks run in order: the
+/// Rejected event (the rejections metric), on_rejected, on_rejected_async awaited; either hook's
+/// exception replaces the rejection, and a throwing on_rejected skips the asynchronous one.
+///
+/// With a queue, a call that finds no permit reserves one (FIFO) and waits until it is the oldest
+/// queued call and its reservation is due, on the execution's executor through the shield clock's
+/// timers (no kernel timer per call); then it runs. A full queue rejects, the retry-after
+/// including the queued debt. Queued calls are woken one after the other: the oldest alone waits
+/// for its due time; the others wait for their turn on an UnpairedSemaphore (no polling).
+///
+/// Cancellation: a queued asynchronous call honours terminal, partial and total cancellation while
+/// it waits (for its turn or its due time): it gives its reservation back (every later call becomes
+/// due one interval earlier), never runs, and completes with `operation_aborted` — a
+/// cancellation, not a rejection (no hooks). A synchronous execute waits in the same queue,
+/// blocking its thread; the context's stop token takes it out. An outer timeout's deadline ends
+/// the wait the same way. A permit taken is never given back (the call has been admitted).
+///
+/// One instance is one schedule: every shield containing it shares it (it is stateful; it may
+/// appear once per chain). Thread-safety: any number of concurrent executions, on any threads and
+/// executors.
+class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::RateLimitFrame> {
+ public:
+  /// Validates `options` (std::invalid_argument naming the option).
+  explicit RateLimitStrategy(RateLimitOptions options);
+  /// Creates a rate limit to add with Shield::use (keep the pointer to observe its state).
+  [[nodiscard]] static std::shared_ptr<RateLimitStrategy> create(RateLimitOptions options) {
+    return std::make_shared<RateLimitStrategy>(std::move(options));
+  }
+
+  /// `RateLimit(100/1s)`, with `, burst N` when the burst differs from the permits and
+  /// `, queue N` with a queue.
+  [[nodiscard]] std::string describe() const override;
+  // BasicStrategy's callbacks, called by the engine on the execution's thread.
+  /// Proactive and stateful (one instance per chain).
+  [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
+  /// Takes a permit and runs the inner part, queues the call, or rejects it with
+  /// `errc::rate_limited`.
+  Step start(Layer& layer, Frame& f);
+  /// The turn or the due-time wait ended (or the asynchronous rejection hook did).
+  Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
+  /// Gives back a reservation (and the turn) the execution still holds: it failed or was
+  /// abandoned while queued.
+  void finish(Layer& layer, Frame& f) noexcept;
+
+  /// {available, queued} at `clock.now()`: pass the clock of the shields the limiter serves (the
+  /// steady clock by default). Thread-safe.
+  [[nodiscard]] RateLimitState state(const Clock& clock = *Clock::steady()) const noexcept {
+    return ledger_.snapshot(clock.now());
+  }
+  [[nodiscard]] const RateLimitOptions& options() const noexcept { return options_; }
+  [[nodiscard]] const RateLimitLedger& ledger() const noexcept { return ledger_; }
+
+ private:
+  Step reject(Layer& layer, Frame& f, Clock::duration retry_after);
+  Step take_turn(Layer& layer, Frame& f);
+  Step at_head(Layer& layer, Frame& f);
+  void leave_queue(Frame& f) noexcept;
+
+  RateLimitOptions options_;
+  RateLimitLedger ledger_;
+  /// Queue mode: the turn, held by the queued call that waits for its due time; the others wait
+  /// for it, FIFO.
+  BasicUnpairedSemaphore<LimiterLedger> turn_;
+};
+
+}  // namespace kevlar

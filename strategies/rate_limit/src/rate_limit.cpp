@@ -1,0 +1,259 @@
+#include <kevlar/detail/duration_format.hpp>
+#include <kevlar/detail/rejection_hooks.hpp>
+#include <kevlar/rate_limit.hpp>
+
+#include <boost/assert.hpp>
+
+#include <sstream>
+#include <stdexcept>
+
+namespace kevlar {
+namespace {
+
+using Frame = detail::RateLimitFrame;
+using Phase = Frame::Phase;
+using Kind = RateLimitLedger::Decision::Kind;
+
+/// The furthest a schedule may run ahead of now: a quarter of the nanosecond range (73 years),
+/// so that `now + (burst + queue_limit) * T` cannot overflow for any clock reading in use.
+constexpr std::int64_t max_schedule = std::numeric_limits<std::int64_t>::max() / 4;
+
+std::uint32_t checked_count(int value, int min, const char* name) {
+  if (value < min || static_cast<long long>(value) > RateLimitLedger::max_count) {
+    std::ostringstream msg;
+    msg << "kevlar::RateLimitOptions::" << name << " must be "
+        << (min == 1 ? "positive" : "non-negative") << " and at most " << RateLimitLedger::max_count
+        << " (got " << value << ")";
+    throw std::invalid_argument(msg.str());
+  }
+  return static_cast<std::uint32_t>(value);
+}
+
+/// Checks every option, in declaration order, so that the first invalid one is named.
+RateLimitOptions validated(RateLimitOptions o) {
+  (void)checked_count(o.permits, 1, "permits");
+  if (o.window <= Clock::duration::zero()) {
+    throw std::invalid_argument("kevlar::RateLimitOptions::window must be positive (got " +
+                                detail::format_duration(o.window) + ")");
+  }
+  if (o.burst) (void)checked_count(*o.burst, 1, "burst");
+  (void)checked_count(o.queue_limit, 0, "queue_limit");
+  return o;
+}
+
+/// window / permits, rounded up to the nanosecond (the limiter never runs faster than asked).
+Clock::duration emission_interval(const RateLimitOptions& o) {
+  const auto permits = static_cast<std::int64_t>(o.permits);
+  const std::int64_t w = o.window.count();
+  return Clock::duration(w / permits + (w % permits != 0 ? 1 : 0));
+}
+
+}  // namespace
+
+// ---- RateLimitLedger --------------------------------------------------------------------------
+
+RateLimitLedger::RateLimitLedger(Clock::duration emission_interval, std::uint32_t burst,
+                                 std::uint32_t queue_limit)
+    : interval_(emission_interval.count()),
+      tolerance_(0),
+      burst_(burst),
+      queue_limit_(queue_limit) {
+  if (interval_ <= 0) {
+    throw std::invalid_argument("kevlar::RateLimitLedger: the emission interval must be positive");
+  }
+  if (burst < 1 || burst > max_count || queue_limit > max_count) {
+    throw std::invalid_argument(
+        "kevlar::RateLimitLedger: the burst must be in 1 .. 2^31-1 and the queue limit at most "
+        "2^31-1");
+  }
+  const std::int64_t slots = static_cast<std::int64_t>(burst) + queue_limit;
+  if (slots > max_schedule / interval_) {
+    throw std::invalid_argument(
+        "kevlar::RateLimitLedger: (burst + queue limit) x the emission interval exceeds 73 years");
+  }
+  tolerance_ = static_cast<rep>(burst - 1) * interval_;
+}
+
+RateLimitLedger::Decision RateLimitLedger::acquire_queued(rep now) noexcept {
+  const std::lock_guard lock(mutex_);
+  const rep tat = tat_.load(std::memory_order_relaxed);
+  const rep lead = ahead(tat, now);
+  const rep next = (tat > now ? tat : now) + interval_;
+  if (queued_ == 0 && lead <= tolerance_) {
+    tat_.store(next, std::memory_order_relaxed);
+    return {};
+  }
+  if (queued_ >= queue_limit_) {
+    // The queued debt is in TAT: the wait until a newcomer could be served at all.
+    return {Decision::Kind::rejected, Clock::duration(lead > tolerance_ ? lead - tolerance_ : 0)};
+  }
+  ++queued_;
+  tat_.store(next, std::memory_order_relaxed);
+  return {Decision::Kind::queued, {}};
+}
+
+Clock::time_point RateLimitLedger::head_due() const noexcept {
+  const std::lock_guard lock(mutex_);
+  // The reservations are T apart at the end of the schedule: the oldest of `queued_` is due
+  // queued_ intervals before the next free slot (TAT - tau).
+  const rep tat = tat_.load(std::memory_order_relaxed);
+  return Clock::time_point(
+      Clock::duration(tat - tolerance_ - static_cast<rep>(queued_) * interval_));
+}
+
+void RateLimitLedger::consume_head() noexcept {
+  const std::lock_guard lock(mutex_);
+  BOOST_ASSERT(queued_ > 0);
+  --queued_;
+}
+
+void RateLimitLedger::cancel_reservation() noexcept {
+  const std::lock_guard lock(mutex_);
+  BOOST_ASSERT(queued_ > 0);
+  --queued_;
+  tat_.store(tat_.load(std::memory_order_relaxed) - interval_, std::memory_order_relaxed);
+}
+
+std::uint32_t RateLimitLedger::available(rep tat, rep now) const noexcept {
+  if (tat == never) return burst_;
+  const rep lead = ahead(tat, now);
+  const rep consumed = lead / interval_ + (lead % interval_ != 0 ? 1 : 0);
+  return consumed >= static_cast<rep>(burst_) ? 0 : burst_ - static_cast<std::uint32_t>(consumed);
+}
+
+RateLimitState RateLimitLedger::snapshot(Clock::time_point now) const noexcept {
+  const rep t = now.time_since_epoch().count();
+  if (queue_limit_ == 0) return {available(tat_.load(std::memory_order_relaxed), t), 0};
+  const std::lock_guard lock(mutex_);
+  if (queued_ > 0) return {0, queued_};
+  return {available(tat_.load(std::memory_order_relaxed), t), 0};
+}
+
+std::uint32_t RateLimitLedger::queued() const noexcept {
+  if (queue_limit_ == 0) return 0;
+  const std::lock_guard lock(mutex_);
+  return queued_;
+}
+
+// ---- RateLimitStrategy ------------------------------------------------------------------------
+
+RateLimitStrategy::RateLimitStrategy(RateLimitOptions options)
+    : options_(validated(std::move(options))),
+      ledger_(emission_interval(options_),
+              static_cast<std::uint32_t>(options_.burst.value_or(options_.permits)),
+              static_cast<std::uint32_t>(options_.queue_limit)),
+      turn_(1u, LimiterLedger::max_count) {}
+
+std::string RateLimitStrategy::describe() const {
+  std::string s = "RateLimit(" + std::to_string(options_.permits) + "/" +
+                  detail::format_duration(options_.window);
+  if (ledger_.burst() != static_cast<std::uint32_t>(options_.permits)) {
+    s += ", burst " + std::to_string(ledger_.burst());
+  }
+  if (options_.queue_limit > 0) s += ", queue " + std::to_string(options_.queue_limit);
+  return s + ")";
+}
+
+StrategyTraits RateLimitStrategy::strategy_traits() const noexcept {
+  StrategyTraits t;
+  t.stateful = true;
+  return t;
+}
+
+Step RateLimitStrategy::start(Layer& layer, Frame& f) {
+  const RateLimitLedger::Decision d = ledger_.acquire(layer.clock().now());
+  if (d.kind == Kind::admitted) [[likely]] {
+    return Step::run_inner;
+  }
+  if (d.kind == Kind::rejected) return reject(layer, f, d.retry_after);
+  f.phase = Phase::reserved;  // from here on, finish() gives the reservation back
+  return take_turn(layer, f);
+}
+
+Step RateLimitStrategy::take_turn(Layer& layer, Frame& f) {
+  if (turn_.try_acquire()) {
+    f.phase = Phase::head;
+    return at_head(layer, f);
+  }
+  if (layer.synchronous()) {
+    // Blocks in the same FIFO; the caller's stop token takes it out of the queue.
+    const boost::system::error_code ec = turn_.acquire_or_error(layer.context().stop_token());
+    if (ec) {
+      leave_queue(f);
+      layer.outcome().set_error(ec);
+      return Step::complete;
+    }
+    f.phase = Phase::head;
+    return at_head(layer, f);
+  }
+  // The wait's cancellation handler lives in the execution: parking allocates nothing more.
+  turn_.async_acquire(layer.queue_wait_handler());
+  return Step::suspend;
+}
+
+Step RateLimitStrategy::at_head(Layer& layer, Frame& f) {
+  const Clock::time_point due = ledger_.head_due();
+  if (layer.clock().now() < due) return layer.wait_until(due);  // cancellable, like any wait
+  ledger_.consume_head();
+  f.phase = Phase::admitting;
+  turn_.release();  // the next queued call becomes the head
+  return Step::run_inner;
+}
+
+Step RateLimitStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
+  switch (f.phase) {
+    case Phase::rejecting:  // the asynchronous rejection hook finished and set the outcome
+      return Step::complete;
+    case Phase::reserved:  // the turn was granted, or the wait for it ended
+      if (!ec) {
+        f.phase = Phase::head;
+        return at_head(layer, f);
+      }
+      break;
+    case Phase::head:  // the due-time wait ended
+      if (!ec) return at_head(layer, f);
+      break;
+    case Phase::admitting:
+      break;
+  }
+  // Cancelled while queued (operation_aborted), or the limiter is being destroyed (closed).
+  if (f.phase != Phase::admitting) leave_queue(f);
+  layer.outcome().set_error(ec);
+  return Step::complete;
+}
+
+void RateLimitStrategy::leave_queue(Frame& f) noexcept {
+  ledger_.cancel_reservation();
+  if (f.phase == Phase::head) turn_.release();
+  f.phase = Phase::admitting;
+}
+
+void RateLimitStrategy::finish(Layer& layer, Frame& f) noexcept {
+  (void)layer;
+  if (f.phase == Phase::reserved || f.phase == Phase::head) leave_queue(f);
+}
+
+Step RateLimitStrategy::reject(Layer& layer, Frame& f, Clock::duration retry_after) {
+  if (layer.observed()) layer.emit(Rejected{RejectionKind::rate_limit, retry_after});
+  const RateLimitRejectedEvent event{
+      retry_after,           static_cast<std::uint32_t>(options_.permits),
+      options_.window,       ledger_.burst(),
+      ledger_.queue_limit(), layer.strategy_index(),
+      layer.context()};
+  return detail::run_rejection_hooks(layer, event, options_.on_rejected, options_.on_rejected_async,
+                                     make_error_code(errc::rate_limited), retry_after,
+                                     [&f] { f.phase = Phase::rejecting; });
+}
+
+Shield Shield::rate_limit(int permits, Clock::duration window) const {
+  RateLimitOptions options;
+  options.permits = permits;
+  options.window = window;
+  return rate_limit(options);
+}
+
+Shield Shield::rate_limit(const RateLimitOptions& options) const {
+  return use(std::make_shared<RateLimitStrategy>(options));
+}
+
+}  // namespace kevlar

@@ -1,0 +1,246 @@
+// The rate limit's decisions without I/O: RateLimitLedger driven with explicit times, and a model
+// test against a plain token bucket.
+#include "rate_limit/token_bucket_model.hpp"
+
+#include <kevlar/rate_limit.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+namespace kevlar {
+namespace {
+
+using namespace std::chrono_literals;
+using Kind = RateLimitLedger::Decision::Kind;
+using TimePoint = Clock::time_point;
+
+constexpr TimePoint origin{1h};
+
+TimePoint at(Clock::duration d) {
+  return origin + d;
+}
+
+TEST(RateLimitLedger, TenPerTenSecondsAdmitsTenThenOnePerSecond) {
+  RateLimitLedger l(1s, 10, 0);  // RateLimit(10, 10s): T = 1 s, burst 10
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted) << i;
+  const auto r = l.acquire(at(0s));
+  EXPECT_EQ(r.kind, Kind::rejected);
+  EXPECT_EQ(r.retry_after, 1s) << "the next permit comes back after exactly T";
+  EXPECT_EQ(l.acquire(at(999ms)).kind, Kind::rejected);
+  EXPECT_EQ(l.acquire(at(999ms)).retry_after, 1ms);
+  EXPECT_EQ(l.acquire(at(1s)).kind, Kind::admitted) << "+1 s refills exactly one permit";
+  EXPECT_EQ(l.acquire(at(1s)).kind, Kind::rejected);
+}
+
+TEST(RateLimitLedger, OnePerTenSecondsRejectsTheSecondWithRetryAfterTenSeconds) {
+  RateLimitLedger l(10s, 1, 0);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  const auto r = l.acquire(at(0s));
+  EXPECT_EQ(r.kind, Kind::rejected);
+  EXPECT_EQ(r.retry_after, 10s);
+  EXPECT_EQ(l.acquire(at(4s)).retry_after, 6s) << "the retry-after shrinks as time passes";
+  EXPECT_EQ(l.acquire(at(10s)).kind, Kind::admitted);
+}
+
+TEST(RateLimitLedger, IdleTimeNeverAccumulatesBeyondTheBurst) {
+  RateLimitLedger l(1s, 3, 0);
+  EXPECT_EQ(l.snapshot(at(0s)).available, 3u) << "never used: the whole burst";
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  EXPECT_EQ(l.snapshot(at(0s)).available, 2u);
+  // A long idle period refills the bucket to the burst, not beyond.
+  EXPECT_EQ(l.snapshot(at(1h)).available, 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(l.acquire(at(1h)).kind, Kind::admitted) << i;
+  EXPECT_EQ(l.acquire(at(1h)).kind, Kind::rejected);
+}
+
+TEST(RateLimitLedger, APartiallyUsedBurstAlsoCaps) {
+  RateLimitLedger l(1s, 4, 0);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  EXPECT_EQ(l.snapshot(at(500ms)).available, 2u) << "half a permit refilled rounds down";
+  EXPECT_EQ(l.snapshot(at(1s)).available, 3u);
+  EXPECT_EQ(l.snapshot(at(10s)).available, 4u) << "capped at the burst";
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(l.acquire(at(10s)).kind, Kind::admitted) << i;
+  EXPECT_EQ(l.acquire(at(10s)).kind, Kind::rejected);
+}
+
+TEST(RateLimitLedger, TheBurstMayExceedTheSustainedRate) {
+  RateLimitLedger l(1s, 5, 0);  // 1 per second, bursts of 5
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted) << i;
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::rejected);
+  // Sustained: one per second.
+  for (int s = 1; s <= 5; ++s) {
+    EXPECT_EQ(l.acquire(at(std::chrono::seconds(s))).kind, Kind::admitted) << s;
+    EXPECT_EQ(l.acquire(at(std::chrono::seconds(s))).kind, Kind::rejected) << s;
+  }
+}
+
+TEST(RateLimitLedger, NegativeAndLargeEpochsKeepTheInitialBurstAndTheInterval) {
+  for (const TimePoint start : {TimePoint(-3'000'000'000'000'000'000ns), TimePoint(0ns),
+                                TimePoint(3'000'000'000'000'000'000ns)}) {
+    RateLimitLedger l(1ns, 3, 0);  // a billion per second
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(l.acquire(start).kind, Kind::admitted) << i;
+    const auto r = l.acquire(start);
+    EXPECT_EQ(r.kind, Kind::rejected);
+    EXPECT_EQ(r.retry_after, 1ns);
+    EXPECT_EQ(l.acquire(start + 1ns).kind, Kind::admitted);
+    EXPECT_EQ(l.acquire(start + 1ns).kind, Kind::rejected);
+  }
+}
+
+TEST(RateLimitLedger, QueuedReservationsAreDueOneIntervalApartAndTheOverflowCarriesTheDebt) {
+  RateLimitLedger l(1s, 1, 2);  // Permits 1, Window 1 s, QueueLimit 2
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::queued);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::queued);
+  const auto r = l.acquire(at(0s));
+  EXPECT_EQ(r.kind, Kind::rejected);
+  EXPECT_EQ(r.retry_after, 3s) << "one admitted and two queued: the debt is 3 s";
+  EXPECT_EQ(l.queued(), 2u);
+  EXPECT_EQ(l.snapshot(at(0s)).available, 0u);
+  EXPECT_EQ(l.snapshot(at(0s)).queued, 2u);
+  EXPECT_EQ(l.head_due(), at(1s));
+  l.consume_head();
+  EXPECT_EQ(l.head_due(), at(2s));
+  l.consume_head();
+  EXPECT_EQ(l.queued(), 0u);
+  EXPECT_EQ(l.acquire(at(2s)).kind, Kind::queued) << "the schedule is booked until 3 s";
+  EXPECT_EQ(l.head_due(), at(3s));
+}
+
+TEST(RateLimitLedger, ANewcomerQueuesBehindOthersEvenWhenAPermitIsDue) {
+  RateLimitLedger l(1s, 1, 3);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::queued);  // due at 1 s
+  // At 5 s the head has not started yet (its executor is busy): a newcomer does not overtake it.
+  EXPECT_EQ(l.acquire(at(5s)).kind, Kind::queued);
+  EXPECT_LE(l.head_due(), at(5s));
+  l.consume_head();
+  EXPECT_LE(l.head_due(), at(5s)) << "the newcomer is due too, behind the head";
+}
+
+TEST(RateLimitLedger, AGivenBackReservationMovesTheLaterOnesOneIntervalEarlier) {
+  RateLimitLedger l(1s, 1, 3);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(l.acquire(at(0s)).kind, Kind::queued);
+  EXPECT_EQ(l.head_due(), at(1s));
+  // Due at 1, 2, 3 s; one of them leaves: the other two are due at 1 and 2 s.
+  l.cancel_reservation();
+  EXPECT_EQ(l.queued(), 2u);
+  EXPECT_EQ(l.head_due(), at(1s));
+  l.consume_head();
+  EXPECT_EQ(l.head_due(), at(2s));
+  l.consume_head();
+  // The freed slot is reused at its original due time: a newcomer now is due at 3 s.
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::queued);
+  EXPECT_EQ(l.head_due(), at(3s));
+}
+
+TEST(RateLimitLedger, RepeatedCancelAndRequeueLeavesNoPhantomDebt) {
+  RateLimitLedger l(1s, 2, 2);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(l.acquire(at(0s)).kind, Kind::queued);
+    l.cancel_reservation();
+  }
+  EXPECT_EQ(l.queued(), 0u);
+  const auto r = l.acquire(at(0s));
+  EXPECT_EQ(r.kind, Kind::queued) << "still room in the queue";
+  EXPECT_EQ(l.head_due(), at(1s)) << "due as if the cancelled ones never existed";
+  l.cancel_reservation();
+  EXPECT_EQ(l.snapshot(at(2s)).available, 2u) << "the burst comes back in full";
+}
+
+TEST(RateLimitLedger, APermitTakenIsNeverGivenBack) {
+  RateLimitLedger l(1s, 1, 1);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::queued);
+  l.consume_head();  // the reservation became a permit: it stays consumed
+  EXPECT_EQ(l.snapshot(at(1s)).available, 0u);
+  EXPECT_EQ(l.snapshot(at(2s)).available, 1u);
+}
+
+TEST(RateLimitLedger, RefusesValuesItCannotCount) {
+  EXPECT_THROW(RateLimitLedger(0ns, 1, 0), std::invalid_argument);
+  EXPECT_THROW(RateLimitLedger(-1ns, 1, 0), std::invalid_argument);
+  EXPECT_THROW(RateLimitLedger(1s, 0, 0), std::invalid_argument);
+  EXPECT_THROW(RateLimitLedger(1s, RateLimitLedger::max_count + 1, 0), std::invalid_argument);
+  EXPECT_THROW(RateLimitLedger(24h * 365 * 10, 100, 0), std::invalid_argument)
+      << "a thousand years of schedule";
+  EXPECT_NO_THROW(RateLimitLedger(1ms, RateLimitLedger::max_count, RateLimitLedger::max_count));
+}
+
+/// Random arrivals, clock advances and (with a queue) cancellations of queued calls: every
+/// decision, every retry-after and every start matches the token bucket.
+void run_model(std::uint32_t seed, std::int64_t t_ns, std::uint32_t burst, std::uint32_t queue,
+               int steps) {
+  RateLimitLedger l(Clock::duration(t_ns), burst, queue);
+  test::TokenBucketModel m(t_ns, burst, queue);
+  std::mt19937 rng(seed);
+  TimePoint now = origin;
+  int counts[3] = {0, 0, 0};
+  int started_late = 0;
+  for (int step = 0; step < steps; ++step) {
+    const int action = std::uniform_int_distribution<int>(0, 9)(rng);
+    if (action < 6) {  // an arrival
+      std::int64_t model_retry = 0;
+      const int expected = m.acquire(model_retry);
+      const auto d = l.acquire(now);
+      ASSERT_EQ(static_cast<int>(d.kind), expected) << "seed " << seed << " step " << step;
+      ++counts[expected];
+      if (expected == 2) {
+        ASSERT_EQ(d.retry_after.count(), model_retry) << "seed " << seed << " step " << step;
+      }
+    } else if (action < 9) {  // time passes; due heads start in order
+      const auto d = std::uniform_int_distribution<std::int64_t>(0, 3 * t_ns)(rng);
+      now += Clock::duration(d);
+      const std::int64_t expected = m.advance(d);
+      std::int64_t started = 0;
+      while (l.queued() > 0 && l.head_due() <= now) {
+        l.consume_head();
+        ++started;
+      }
+      ASSERT_EQ(started, expected) << "seed " << seed << " step " << step;
+      started_late += static_cast<int>(started);
+    } else if (m.waiting() > 0) {  // a queued call leaves
+      m.cancel_one();
+      l.cancel_reservation();
+    }
+    ASSERT_EQ(static_cast<std::int64_t>(l.queued()), m.waiting()) << "seed " << seed;
+  }
+  // The sequence exercised every decision.
+  EXPECT_GT(counts[0], 20) << seed;
+  EXPECT_GT(counts[2], 20) << seed;
+  if (queue > 0) {
+    EXPECT_GT(counts[1], 20) << seed;
+    EXPECT_GT(started_late, 10) << seed;
+  }
+}
+
+TEST(RateLimitModel, WithoutAQueueMatchesATokenBucketForFixedSeeds) {
+  for (std::uint32_t seed : {1u, 2u, 3u, 4u, 5u}) {
+    run_model(seed, 2'000'000'000, 3, 0, 1000);  // 3 permits per 6 s
+    if (HasFatalFailure()) return;
+    run_model(seed + 100, 333'333'334, 1, 0, 1000);  // 3 per second, no burst
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(RateLimitModel, WithAQueueAndCancellationsMatchesATokenBucketForFixedSeeds) {
+  for (std::uint32_t seed : {11u, 12u, 13u, 14u, 15u}) {
+    run_model(seed, 2'000'000'000, 3, 4, 1000);
+    if (HasFatalFailure()) return;
+    run_model(seed + 100, 1'000'000, 1, 2, 1000);
+    if (HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace kevlar

@@ -1,0 +1,324 @@
+// The rate limit with real executors and threads: allocation failures, synchronous executions
+// in the queue, and threads hammering one limiter (these also run under ThreadSanitizer).
+#include <alloc_counter.hpp>
+#include <kevlar/rate_limit.hpp>
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <random>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+namespace kevlar {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+RateLimitOptions options(int permits, Clock::duration window, int queue,
+                         std::optional<int> burst = {}) {
+  RateLimitOptions o;
+  o.permits = permits;
+  o.window = window;
+  o.queue_limit = queue;
+  o.burst = burst;
+  return o;
+}
+
+/// An operation that completes at once with 7 (posted).
+auto immediate_op() {
+  return [](auto token) {
+    return asio::async_initiate<decltype(token), void(error_code, int)>(
+        [](auto handler) {
+          auto ex = asio::get_associated_executor(handler);
+          asio::post(ex, asio::append(std::move(handler), error_code(), 7));
+        },
+        token);
+  };
+}
+
+TEST(RateLimitAllocation, AReservationSurvivesABadAllocAtEveryAllocationPoint) {
+  bool reached_the_end = false;
+  int failed_calls = 0;
+  for (std::uint64_t n = 0; n < 64 && !reached_the_end; ++n) {
+    auto clock = ManualClock::create();
+    auto limiter = RateLimitStrategy::create(options(1, 1s, 2));
+    const Shield shield = Shield{}.use(limiter).with_clock(clock);
+    asio::io_context ioc;
+    std::optional<error_code> first;
+    shield.execute_async(immediate_op(),
+                         asio::bind_executor(ioc, [&](error_code ec, int) { first = ec; }));
+    ioc.run();
+    ASSERT_EQ(first, error_code());
+    const RateLimitState before = limiter->state(*clock);
+
+    // The second call reserves the next permit; fail the n-th allocation on its way.
+    std::optional<error_code> second;
+    std::exception_ptr second_failure;
+    const auto injected = testing::inject_allocation_failure(n, [&] {
+      shield.execute_async(immediate_op(),
+                           asio::bind_executor(ioc, [&](error_code ec, int) { second = ec; }));
+      ioc.poll();
+    });
+    ioc.restart();
+    ioc.poll();
+    if (!injected.fired) {
+      // No allocation left to fail: the call is queued, due at 1 s, and runs then.
+      reached_the_end = true;
+      EXPECT_FALSE(second.has_value());
+      EXPECT_EQ(limiter->state(*clock).queued, 1u);
+      clock->advance(1s);
+      ioc.restart();
+      ioc.run();
+      EXPECT_EQ(second, error_code()) << n;
+      break;
+    }
+    if (!injected.threw && !second.has_value()) {
+      // The failure hit something the call recovered from: it is still queued and runs at 1 s.
+      clock->advance(1s);
+      ioc.restart();
+      ioc.run();
+      EXPECT_EQ(second, error_code()) << n;
+      continue;
+    }
+    // The call failed (bad_alloc from execute_async, or as its outcome): nothing of it remains.
+    ++failed_calls;
+    EXPECT_EQ(limiter->state(*clock).queued, before.queued) << n;
+    EXPECT_EQ(limiter->state(*clock).available, before.available) << n;
+    EXPECT_EQ(limiter->ledger().queued(), 0u) << n;
+    // A new call is due exactly when the failed one would have been: no phantom debt, and the
+    // turn was given back.
+    std::optional<error_code> third;
+    shield.execute_async(immediate_op(),
+                         asio::bind_executor(ioc, [&](error_code ec, int) { third = ec; }));
+    ioc.restart();
+    ioc.poll();
+    EXPECT_FALSE(third.has_value()) << n;
+    clock->advance(999ms);
+    ioc.restart();
+    ioc.poll();
+    EXPECT_FALSE(third.has_value()) << n;
+    clock->advance(1ms);
+    ioc.restart();
+    ioc.run();
+    EXPECT_EQ(third, error_code()) << n;
+  }
+  EXPECT_TRUE(reached_the_end) << "more than 64 allocations on the queued path";
+  EXPECT_GT(failed_calls, 0) << "no allocation failure made the queued call fail";
+}
+
+TEST(RateLimitAllocation, TheUnqueuedPathAllocatesNothing) {
+  auto limiter = RateLimitStrategy::create(options(1'000'000'000, 1s, 0));
+  const Shield shield = Shield{}.use(limiter);
+  int sum = shield.execute([] { return 1; });  // warm-up
+  testing::AllocScope scope;
+  for (int i = 0; i < 1000; ++i) sum += shield.execute([i] { return i; });
+  EXPECT_EQ(scope.count(), 0u);
+  EXPECT_GT(sum, 0);
+  EXPECT_EQ(limiter->ledger().queued(), 0u);
+}
+
+TEST(RateLimitAsync, AnExceptionCompletionCarriesTheRetryAfterInTheError) {
+  auto clock = ManualClock::create();
+  const Shield shield = Shield{}.rate_limit(options(1, 10s, 0)).with_clock(clock);
+  asio::io_context ioc;
+  std::vector<std::optional<Clock::duration>> retry_afters;
+  std::vector<int> values;
+  for (int i = 0; i < 2; ++i) {
+    asio::co_spawn(
+        ioc,
+        [&]() -> asio::awaitable<void> {
+          try {
+            values.push_back(co_await shield.execute_async(
+                []() -> asio::awaitable<int> { co_return 5; }, asio::use_awaitable));
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), errc::rate_limited);
+            retry_afters.push_back(e.retry_after());
+          }
+        },
+        asio::detached);
+  }
+  ioc.run();
+  EXPECT_EQ(values, std::vector<int>{5});
+  ASSERT_EQ(retry_afters.size(), 1u);
+  EXPECT_EQ(retry_afters[0], std::optional<Clock::duration>(10s));
+}
+
+TEST(RateLimitSync, ASynchronousExecuteWaitsInTheSameQueue) {
+  auto clock = ManualClock::create();
+  auto limiter = RateLimitStrategy::create(options(1, 1s, 2));
+  const Shield shield = Shield{}.use(limiter).with_clock(clock);
+  EXPECT_EQ(shield.execute([] { return 1; }), 1);
+  std::atomic<int> done{0};
+  std::thread second([&] {
+    EXPECT_EQ(shield.execute([] { return 2; }), 2);
+    done.fetch_add(1);
+  });
+  clock->wait_for_sleepers(1);  // the head sleeps until its due time
+  std::thread third([&] {
+    EXPECT_EQ(shield.execute([] { return 3; }), 3);
+    done.fetch_add(1);
+  });
+  // The third waits for its turn (not on the clock) until the second has started.
+  while (limiter->ledger().queued() != 2) std::this_thread::yield();
+  EXPECT_EQ(clock->sleepers(), 1u);
+  EXPECT_EQ(done.load(), 0);
+  clock->advance(1s);
+  second.join();
+  EXPECT_EQ(done.load(), 1);
+  clock->wait_for_sleepers(1);  // the third is the head now, due at 2 s
+  clock->advance(1s);
+  third.join();
+  EXPECT_EQ(done.load(), 2);
+  EXPECT_EQ(limiter->ledger().queued(), 0u);
+}
+
+TEST(RateLimitSync, AStoppedSynchronousCallLeavesTheQueue) {
+  auto clock = ManualClock::create();
+  auto limiter = RateLimitStrategy::create(options(1, 1s, 2));
+  const Shield shield = Shield{}.use(limiter).with_clock(clock);
+  (void)shield.execute([] { return 1; });
+  std::stop_source head_stop;
+  std::stop_source parked_stop;
+  std::optional<Outcome<int>> head;
+  std::optional<Outcome<int>> parked;
+  std::thread h([&] { head = shield.execute_outcome([] { return 2; }, head_stop.get_token()); });
+  clock->wait_for_sleepers(1);
+  std::thread p(
+      [&] { parked = shield.execute_outcome([] { return 3; }, parked_stop.get_token()); });
+  while (limiter->ledger().queued() != 2) std::this_thread::yield();
+  parked_stop.request_stop();  // waiting for its turn
+  p.join();
+  head_stop.request_stop();  // waiting for its due time
+  h.join();
+  ASSERT_TRUE(head && parked);
+  EXPECT_EQ(head->error(), asio::error::operation_aborted);
+  EXPECT_EQ(parked->error(), asio::error::operation_aborted);
+  EXPECT_EQ(limiter->ledger().queued(), 0u);
+  // The schedule is as before: a new call is due at 1 s.
+  std::thread n([&] { EXPECT_EQ(shield.execute([] { return 4; }), 4); });
+  clock->wait_for_sleepers(1);
+  clock->advance(1s);
+  n.join();
+}
+
+TEST(RateLimitThreads, HammeringThreadsNeverExceedTheBurstPlusTheElapsedRate) {
+  constexpr int threads = 4;
+  constexpr auto interval = 1ms;
+  constexpr std::uint32_t burst = 5;
+  auto clock = ManualClock::create();
+  auto limiter = RateLimitStrategy::create(options(1000, 1s, 0, burst));
+  const Shield shield = Shield{}.use(limiter).with_clock(clock);
+  const Clock::time_point start = clock->now();
+  std::atomic<std::int64_t> admitted{0};
+  std::atomic<int> finished{0};
+  std::latch go(threads + 1);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      go.arrive_and_wait();
+      for (int i = 0; i < 2000; ++i) {
+        const Outcome<int> o = shield.execute_outcome([&] {
+          admitted.fetch_add(1, std::memory_order_relaxed);
+          return 1;
+        });
+        if (!o.has_value()) {
+          EXPECT_EQ(o.error(), errc::rate_limited);
+        }
+      }
+      finished.fetch_add(1);
+    });
+  }
+  go.arrive_and_wait();
+  std::int64_t max_seen = 0;
+  while (finished.load() != threads) {
+    // Every admission so far happened at or before now: the bound holds at every moment.
+    const Clock::time_point now = clock->now();
+    const std::int64_t count = admitted.load();
+    const std::int64_t bound = burst + (now - start) / interval;
+    EXPECT_LE(count, bound);
+    if (count > bound) break;
+    max_seen = count;
+    clock->advance(100us);
+    std::this_thread::yield();
+  }
+  for (auto& t : pool) t.join();
+  const std::int64_t bound = burst + (clock->now() - start) / interval;
+  EXPECT_LE(admitted.load(), bound);
+  EXPECT_GE(admitted.load(), static_cast<std::int64_t>(burst));
+  EXPECT_GE(admitted.load(), max_seen);
+}
+
+TEST(RateLimitThreads, QueuedSynchronousCallsWithRandomStopsConserveTheSchedule) {
+  constexpr int threads = 4;
+  auto clock = ManualClock::create();
+  auto limiter = RateLimitStrategy::create(options(1, 1ms, 3, 2));
+  const Shield shield = Shield{}.use(limiter).with_clock(clock);
+  const Clock::time_point start = clock->now();
+  std::atomic<std::int64_t> admitted{0};
+  std::atomic<int> finished{0};
+  std::mutex sources_mutex;
+  std::vector<std::stop_source> sources(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < 300; ++i) {
+        std::stop_token token;
+        {
+          const std::lock_guard lock(sources_mutex);
+          sources[static_cast<std::size_t>(t)] = std::stop_source();
+          token = sources[static_cast<std::size_t>(t)].get_token();
+        }
+        const Outcome<int> o = shield.execute_outcome(
+            [&] {
+              admitted.fetch_add(1, std::memory_order_relaxed);
+              return 1;
+            },
+            token);
+        if (!o.has_value()) {
+          EXPECT_TRUE(o.error() == errc::rate_limited ||
+                      o.error() == asio::error::operation_aborted)
+              << o.error().message();
+        }
+      }
+      finished.fetch_add(1);
+    });
+  }
+  std::mt19937 rng(7);
+  while (finished.load() != threads) {
+    if (std::uniform_int_distribution<int>(0, 3)(rng) == 0) {
+      const std::lock_guard lock(sources_mutex);
+      sources[std::uniform_int_distribution<std::size_t>(0, threads - 1)(rng)].request_stop();
+    }
+    clock->advance(250us);
+    std::this_thread::yield();
+  }
+  for (auto& t : pool) t.join();
+  EXPECT_EQ(limiter->ledger().queued(), 0u) << "every reservation was used or given back";
+  EXPECT_LE(admitted.load(), 2 + (clock->now() - start) / 1ms);
+  // Nothing is owed: after a full refill the whole burst is there.
+  clock->advance(1s);
+  EXPECT_EQ(limiter->state(*clock).available, 2u);
+}
+
+}  // namespace
+}  // namespace kevlar
