@@ -56,74 +56,68 @@ auto immediate_op() {
   };
 }
 
-TEST(RateLimitAllocation, AReservationSurvivesABadAllocAtEveryAllocationPoint) {
+TEST(RateLimitAllocation, ReservationsSurviveABadAllocAtEveryAllocationPoint) {
+  // One admitted call, then two that queue: the head (it waits on the clock) and one waiting for
+  // its turn. The n-th allocation of starting those two fails; whatever failed must have given its
+  // reservation (and the turn) back, and the survivors and a probe call after them must run at
+  // exactly their due times, one second apart.
   bool reached_the_end = false;
   int failed_calls = 0;
-  for (std::uint64_t n = 0; n < 64 && !reached_the_end; ++n) {
+  for (std::uint64_t n = 0; n < 128 && !reached_the_end; ++n) {
     auto clock = ManualClock::create();
-    auto limiter = RateLimitStrategy::create(options(1, 1s, 2));
+    auto limiter = RateLimitStrategy::create(options(1, 1s, 3));
     const Shield shield = Shield{}.use(limiter).with_clock(clock);
     asio::io_context ioc;
+    const auto start = [&](std::optional<error_code>& result) {
+      shield.execute_async(
+          immediate_op(), asio::bind_executor(ioc, [&result](error_code ec, int) { result = ec; }));
+    };
     std::optional<error_code> first;
-    shield.execute_async(immediate_op(),
-                         asio::bind_executor(ioc, [&](error_code ec, int) { first = ec; }));
-    ioc.run();
+    start(first);
+    ioc.poll();
     ASSERT_EQ(first, error_code());
-    const RateLimitState before = limiter->state(*clock);
 
-    // The second call reserves the next permit; fail the n-th allocation on its way.
-    std::optional<error_code> second;
-    std::exception_ptr second_failure;
+    std::optional<error_code> b;
+    std::optional<error_code> c;
+    bool b_started = false;
+    bool c_started = false;
     const auto injected = testing::inject_allocation_failure(n, [&] {
-      shield.execute_async(immediate_op(),
-                           asio::bind_executor(ioc, [&](error_code ec, int) { second = ec; }));
+      start(b);
+      b_started = true;
+      start(c);
+      c_started = true;
       ioc.poll();
     });
     ioc.restart();
     ioc.poll();
-    if (!injected.fired) {
-      // No allocation left to fail: the call is queued, due at 1 s, and runs then.
-      reached_the_end = true;
-      EXPECT_FALSE(second.has_value());
-      EXPECT_EQ(limiter->state(*clock).queued, 1u);
-      clock->advance(1s);
-      ioc.restart();
-      ioc.run();
-      EXPECT_EQ(second, error_code()) << n;
-      break;
+    reached_the_end = !injected.fired;
+    std::vector<std::optional<error_code>*> alive;
+    if (b_started && !b.has_value()) alive.push_back(&b);
+    if (c_started && !c.has_value()) alive.push_back(&c);
+    if (alive.size() < 2) {
+      ASSERT_TRUE(injected.fired) << n << ": a call failed without an allocation failure";
+      ++failed_calls;
     }
-    if (!injected.threw && !second.has_value()) {
-      // The failure hit something the call recovered from: it is still queued and runs at 1 s.
-      clock->advance(1s);
+    EXPECT_EQ(limiter->ledger().queued(), alive.size()) << n;
+    std::optional<error_code> probe;
+    start(probe);
+    alive.push_back(&probe);
+    ioc.poll();
+    for (std::size_t i = 0; i < alive.size(); ++i) {
+      clock->advance(999ms);
       ioc.restart();
-      ioc.run();
-      EXPECT_EQ(second, error_code()) << n;
-      continue;
+      ioc.poll();
+      EXPECT_FALSE(alive[i]->has_value()) << n << ": call " << i << " ran early";
+      clock->advance(1ms);
+      ioc.restart();
+      ioc.poll();
+      EXPECT_EQ(*alive[i], std::optional<error_code>(error_code())) << n << ": call " << i;
+      for (std::size_t j = i + 1; j < alive.size(); ++j) EXPECT_FALSE(alive[j]->has_value());
     }
-    // The call failed (bad_alloc from execute_async, or as its outcome): nothing of it remains.
-    ++failed_calls;
-    EXPECT_EQ(limiter->state(*clock).queued, before.queued) << n;
-    EXPECT_EQ(limiter->state(*clock).available, before.available) << n;
     EXPECT_EQ(limiter->ledger().queued(), 0u) << n;
-    // A new call is due exactly when the failed one would have been: no phantom debt, and the
-    // turn was given back.
-    std::optional<error_code> third;
-    shield.execute_async(immediate_op(),
-                         asio::bind_executor(ioc, [&](error_code ec, int) { third = ec; }));
-    ioc.restart();
-    ioc.poll();
-    EXPECT_FALSE(third.has_value()) << n;
-    clock->advance(999ms);
-    ioc.restart();
-    ioc.poll();
-    EXPECT_FALSE(third.has_value()) << n;
-    clock->advance(1ms);
-    ioc.restart();
-    ioc.run();
-    EXPECT_EQ(third, error_code()) << n;
   }
-  EXPECT_TRUE(reached_the_end) << "more than 64 allocations on the queued path";
-  EXPECT_GT(failed_calls, 0) << "no allocation failure made the queued call fail";
+  EXPECT_TRUE(reached_the_end) << "more than 128 allocations on the queued path";
+  EXPECT_GT(failed_calls, 0) << "no allocation failure made a queued call fail";
 }
 
 TEST(RateLimitAllocation, TheUnqueuedPathAllocatesNothing) {
@@ -219,6 +213,33 @@ TEST(RateLimitSync, AStoppedSynchronousCallLeavesTheQueue) {
   clock->wait_for_sleepers(1);
   clock->advance(1s);
   n.join();
+}
+
+TEST(RateLimitSync, ASynchronousCallPastItsDeadlineLeavesWhenTheTurnReachesIt) {
+  auto clock = ManualClock::create();
+  auto limiter = RateLimitStrategy::create(options(1, 1s, 3));
+  const Shield slow = Shield{}.use(limiter).with_clock(clock);
+  const Shield bounded = Shield{}.timeout(500ms).use(limiter).with_clock(clock);
+  (void)slow.execute([] { return 1; });
+  std::thread h([&] { EXPECT_EQ(slow.execute([] { return 2; }), 2); });
+  clock->wait_for_sleepers(1);  // the head sleeps until 1 s
+  std::atomic<bool> ran{false};
+  std::optional<Outcome<int>> late;
+  std::thread p([&] {
+    late = bounded.execute_outcome([&] {
+      ran = true;
+      return 3;
+    });
+  });
+  while (limiter->ledger().queued() != 2) std::this_thread::yield();
+  clock->advance(500ms);  // P's deadline passes while it waits for its turn
+  clock->advance(500ms);  // the head starts and hands the turn to P
+  h.join();
+  p.join();
+  ASSERT_TRUE(late.has_value());
+  EXPECT_EQ(late->error(), errc::timeout);
+  EXPECT_FALSE(ran.load()) << "past its deadline, it never runs";
+  EXPECT_EQ(limiter->ledger().queued(), 0u);
 }
 
 TEST(RateLimitThreads, HammeringThreadsNeverExceedTheBurstPlusTheElapsedRate) {

@@ -2,6 +2,7 @@
 #include <kevlar/detail/rejection_hooks.hpp>
 #include <kevlar/rate_limit.hpp>
 
+#include <boost/asio/error.hpp>
 #include <boost/assert.hpp>
 
 #include <sstream>
@@ -38,7 +39,23 @@ RateLimitOptions validated(RateLimitOptions o) {
   }
   if (o.burst) (void)checked_count(*o.burst, 1, "burst");
   (void)checked_count(o.queue_limit, 0, "queue_limit");
+  const std::int64_t slots = static_cast<std::int64_t>(o.burst.value_or(o.permits)) + o.queue_limit;
+  const std::int64_t w = o.window.count();
+  const std::int64_t interval = w / o.permits + (w % o.permits != 0 ? 1 : 0);
+  if (slots > max_schedule / interval) {
+    throw std::invalid_argument(
+        "kevlar::RateLimitOptions: (burst + queue_limit) x window / permits must be at most 73 "
+        "years (a schedule the limiter can count in nanoseconds)");
+  }
   return o;
+}
+
+/// True if the execution must not go on waiting: its caller or an outer strategy cancelled it, or
+/// its deadline (an outer timeout's) has passed.
+bool leaving(Layer& layer) noexcept {
+  if (layer.cancelled_from_outside()) return true;
+  const Clock::time_point deadline = layer.context().deadline();
+  return deadline != Clock::time_point::max() && layer.clock().now() >= deadline;
 }
 
 /// window / permits, rounded up to the nanosecond (the limiter never runs faster than asked).
@@ -97,8 +114,12 @@ Clock::time_point RateLimitLedger::head_due() const noexcept {
   // The reservations are T apart at the end of the schedule: the oldest of `queued_` is due
   // queued_ intervals before the next free slot (TAT - tau).
   const rep tat = tat_.load(std::memory_order_relaxed);
-  return Clock::time_point(
-      Clock::duration(tat - tolerance_ - static_cast<rep>(queued_) * interval_));
+  rep due = 0;
+  // Saturates for a clock read near the bottom of the nanosecond range.
+  if (__builtin_sub_overflow(tat, tolerance_ + static_cast<rep>(queued_) * interval_, &due)) {
+    due = never;
+  }
+  return Clock::time_point(Clock::duration(due));
 }
 
 void RateLimitLedger::consume_head() noexcept {
@@ -192,6 +213,13 @@ Step RateLimitStrategy::take_turn(Layer& layer, Frame& f) {
 }
 
 Step RateLimitStrategy::at_head(Layer& layer, Frame& f) {
+  if (leaving(layer)) {
+    // Cancelled, or past its deadline, while the turn was on its way (the semaphore ignores a
+    // cancellation once it has granted), or an outer timeout expired: it never runs.
+    leave_queue(f);
+    layer.outcome().set_error(boost::asio::error::operation_aborted);
+    return Step::complete;
+  }
   const Clock::time_point due = ledger_.head_due();
   if (layer.clock().now() < due) return layer.wait_until(due);  // cancellable, like any wait
   ledger_.consume_head();

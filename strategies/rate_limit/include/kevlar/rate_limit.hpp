@@ -215,16 +215,22 @@ struct RateLimitFrame {
 /// including the queued debt. Queued calls are woken one after the other: the oldest alone waits
 /// for its due time; the others wait for their turn on an UnpairedSemaphore (no polling).
 ///
-/// Cancellation: a queued asynchronous call honours terminal, partial and total cancellation while
-/// it waits (for its turn or its due time): it gives its reservation back (every later call becomes
-/// due one interval earlier), never runs, and completes with `operation_aborted` — a
-/// cancellation, not a rejection (no hooks). A synchronous execute waits in the same queue,
-/// blocking its thread; the context's stop token takes it out. An outer timeout's deadline ends
-/// the wait the same way. A permit taken is never given back (the call has been admitted).
+/// Reservations are served in the order they were taken; two calls reserving at the same moment on
+/// different threads may take their turns in either order (the schedule is the same).
 ///
-/// One instance is one schedule: every shield containing it shares it (it is stateful; it may
-/// appear once per chain). Thread-safety: any number of concurrent executions, on any threads and
-/// executors.
+/// Cancellation: a queued asynchronous call honours terminal, partial and total cancellation while
+/// it waits (for its turn or its due time), including one that arrives while the turn is on its
+/// way to it: it gives its reservation back (every later call becomes due one interval earlier),
+/// never runs, and completes with `operation_aborted` — a cancellation, not a rejection (no
+/// hooks). An outer timeout's expiry ends the wait the same way. A synchronous execute waits in the
+/// same queue, blocking its thread: its stop token takes it out at any point; an outer timeout's
+/// deadline ends its wait for its due time, and a call still waiting for its turn at the deadline
+/// leaves, without running, when the turn reaches it. A permit taken is never given back (the call
+/// has been admitted).
+///
+/// One instance is one schedule, in the time of the shields' clock: every shield containing it
+/// shares it (it is stateful; it may appear once per chain), and they should all use one clock.
+/// Thread-safety: any number of concurrent executions, on any threads and executors.
 class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::RateLimitFrame> {
  public:
   /// Validates `options` (std::invalid_argument naming the option).
