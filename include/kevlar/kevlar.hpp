@@ -11,6 +11,7 @@
 #include <kevlar/hedging.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
+#include <kevlar/partitioned_shield.hpp>
 #include <kevlar/rate_limit.hpp>
 #include <kevlar/retry.hpp>
 #include <kevlar/shield.hpp>
