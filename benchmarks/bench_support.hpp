@@ -26,20 +26,41 @@
 
 namespace kevlar::bench {
 
-/// Kevlar's composed scenario: Timeout(10 s) -> Retry(3, no delay) -> ratio breaker (0.1 over at
-/// least 100 calls in 30 s, break 5 s). BM_Pipeline and BM_Observability measure it.
+/// Kevlar's benchmark breaker: ratio 0.1 over at least 100 calls in 30 s, break 5 s.
+inline CircuitBreakerOptions ratio_breaker() {
+  using namespace std::chrono_literals;
+  CircuitBreakerOptions o;
+  o.failure_ratio = 0.1;
+  o.minimum_throughput = 100;
+  o.sampling_window = 30s;
+  o.break_duration = 5s;
+  return o;
+}
+
+/// Retry(3) without delays.
+inline RetryOptions three_retries() {
+  RetryOptions o;
+  o.max_retries = 3;
+  o.backoff = Backoff::none();
+  return o;
+}
+
+/// A rate that never rejects in a benchmark: 2^31-1 permits per second (one every nanosecond)
+/// with a burst of as many (two seconds of calls).
+inline RateLimitOptions never_rejecting_rate() {
+  using namespace std::chrono_literals;
+  RateLimitOptions o;
+  o.permits = static_cast<int>(RateLimitLedger::max_count);
+  o.window = 1s;
+  return o;
+}
+
+/// Kevlar's composed scenario: Timeout(10 s) -> Retry(3, no delay) -> ratio breaker.
+/// BM_Pipeline and BM_Observability measure it.
 inline const Shield& timeout_retry_breaker() {
   static const Shield s = [] {
     using namespace std::chrono_literals;
-    RetryOptions retry;
-    retry.max_retries = 3;
-    retry.backoff = Backoff::none();
-    CircuitBreakerOptions breaker;
-    breaker.failure_ratio = 0.1;
-    breaker.minimum_throughput = 100;
-    breaker.sampling_window = 30s;
-    breaker.break_duration = 5s;
-    return Shield{}.timeout(10s).retry(retry).circuit_breaker(breaker);
+    return Shield{}.timeout(10s).retry(three_retries()).circuit_breaker(ratio_breaker());
   }();
   return s;
 }
@@ -92,6 +113,18 @@ auto async_work(const boost::asio::any_io_executor& ex, boost::system::error_cod
 template <class Token>
 auto async_work(const boost::asio::any_io_executor& ex, int x, Token&& token) {
   return async_work(ex, boost::system::error_code(), x, std::forward<Token>(token));
+}
+
+/// The baseline of the synchronous shapes: `x = work(x)` alone, allocations counted.
+inline void run_raw_calls(benchmark::State& state, const char* label) {
+  int x = 0;
+  AllocReport allocs;
+  for (auto _ : state) {
+    x = work(x);
+    benchmark::DoNotOptimize(x);
+  }
+  allocs.report(state);
+  state.SetLabel(label);
 }
 
 /// The synchronous overhead shape: `x = shield.execute([x] { return work(x); })` per iteration,
@@ -152,6 +185,5 @@ inline void run_async_calls(benchmark::State& state, const kevlar::Shield& shiel
                             const char* label) {
   run_async_calls(state, shield, label, [](boost::asio::io_context&) {});
 }
-
 
 }  // namespace kevlar::bench

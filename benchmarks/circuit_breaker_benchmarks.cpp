@@ -15,19 +15,9 @@ using namespace std::chrono_literals;
 
 using kevlar::bench::work;
 
-/// The scenario: ratio 0.1, minimum throughput 100, window 30 s, break 5 s.
-kevlar::CircuitBreakerOptions ratio_options() {
-  kevlar::CircuitBreakerOptions o;
-  o.failure_ratio = 0.1;
-  o.minimum_throughput = 100;
-  o.sampling_window = 30s;
-  o.break_duration = 5s;
-  return o;
-}
-
 void BM_CircuitBreaker_ratio_closed_success(benchmark::State& state) {
-  kevlar::bench::run_sync_calls(state, kevlar::Shield{}.circuit_breaker(ratio_options()),
-                                "no event loop");
+  kevlar::bench::run_sync_calls(
+      state, kevlar::Shield{}.circuit_breaker(kevlar::bench::ratio_breaker()), "no event loop");
 }
 
 void BM_CircuitBreaker_consecutive_closed_success(benchmark::State& state) {
@@ -47,7 +37,7 @@ void run_rejections(benchmark::State& state, const kevlar::Shield& shield) {
 }
 
 void BM_CircuitBreaker_open_rejection(benchmark::State& state) {
-  kevlar::CircuitBreakerOptions o = ratio_options();
+  kevlar::CircuitBreakerOptions o = kevlar::bench::ratio_breaker();
   o.break_duration = kevlar::CircuitBreakerOptions::max_duration;
   const auto breaker = kevlar::CircuitBreaker::create(o);
   const kevlar::Shield shield = kevlar::Shield{}.use(breaker);
@@ -63,15 +53,15 @@ void BM_CircuitBreaker_open_rejection(benchmark::State& state) {
 }
 
 void BM_CircuitBreaker_isolated_rejection(benchmark::State& state) {
-  const auto breaker = kevlar::CircuitBreaker::create(ratio_options());
+  const auto breaker = kevlar::CircuitBreaker::create(kevlar::bench::ratio_breaker());
   breaker->isolate();
   const kevlar::Shield shield = kevlar::Shield{}.use(breaker);
   run_rejections(state, shield);
 }
 
 void BM_CircuitBreaker_ratio_closed_success_async(benchmark::State& state) {
-  kevlar::bench::run_async_calls(state, kevlar::Shield{}.circuit_breaker(ratio_options()),
-                                 "idle loop");
+  kevlar::bench::run_async_calls(
+      state, kevlar::Shield{}.circuit_breaker(kevlar::bench::ratio_breaker()), "idle loop");
 }
 
 }  // namespace

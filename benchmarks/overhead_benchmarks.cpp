@@ -38,14 +38,7 @@ const kevlar::Shield& one_layer_shield() {
 }
 
 void BM_Overhead_raw_sync(benchmark::State& state) {
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    x = work(x);
-    benchmark::DoNotOptimize(x);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop");
+  kevlar::bench::run_raw_calls(state, "no event loop");
 }
 
 void BM_Overhead_shield_sync(benchmark::State& state) {

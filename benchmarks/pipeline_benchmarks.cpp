@@ -18,61 +18,33 @@ namespace {
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
-using kevlar::bench::work;
-
 using kevlar::bench::timeout_retry_breaker;
 
 void BM_Pipeline_timeout_retry_breaker(benchmark::State& state) {
-  kevlar::bench::run_sync_calls(state, timeout_retry_breaker(), "no event loop; compare BM_Overhead/raw_sync");
+  kevlar::bench::run_sync_calls(state, timeout_retry_breaker(),
+                                "no event loop; compare BM_Overhead/raw_sync");
 }
 
 void BM_Pipeline_timeout_retry_breaker_async(benchmark::State& state) {
   // run() returns after the loop by itself: the deadline queue releases its timer once idle.
   kevlar::bench::run_async_calls(
-      state, timeout_retry_breaker(), "idle loop (deadline timer armed once); compare BM_Overhead/raw_async");
+      state, timeout_retry_breaker(),
+      "idle loop (deadline timer armed once); compare BM_Overhead/raw_async");
 }
 
-/// The five strategies of BM_Pipeline/five_strategies, each configured as there.
-kevlar::RateLimitOptions never_rejecting_rate() {
-  kevlar::RateLimitOptions o;
-  o.permits = static_cast<int>(kevlar::RateLimitLedger::max_count);  // one per nanosecond
-  o.window = 1s;
-  return o;
-}
-kevlar::RetryOptions three_retries() {
-  kevlar::RetryOptions o;
-  o.max_retries = 3;
-  o.backoff = kevlar::Backoff::none();
-  return o;
-}
-kevlar::CircuitBreakerOptions ratio_breaker() {
-  kevlar::CircuitBreakerOptions o;
-  o.failure_ratio = 0.1;
-  o.minimum_throughput = 100;
-  o.sampling_window = 30s;
-  o.break_duration = 5s;
-  return o;
-}
-
+/// The five strategies of BM_Pipeline/five_strategies; BM_Pipeline/single/* runs each alone.
 const kevlar::Shield& five_strategies() {
   static const kevlar::Shield s = kevlar::Shield{}
-                                      .rate_limit(never_rejecting_rate())
+                                      .rate_limit(kevlar::bench::never_rejecting_rate())
                                       .timeout(10s)
-                                      .retry(three_retries())
-                                      .circuit_breaker(ratio_breaker())
+                                      .retry(kevlar::bench::three_retries())
+                                      .circuit_breaker(kevlar::bench::ratio_breaker())
                                       .concurrency_limit(1024);
   return s;
 }
 
 void BM_Pipeline_raw(benchmark::State& state) {
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    x = work(x);
-    benchmark::DoNotOptimize(x);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop; the call itself");
+  kevlar::bench::run_raw_calls(state, "no event loop; the call itself");
 }
 
 void BM_Pipeline_five_strategies(benchmark::State& state) {
@@ -81,8 +53,7 @@ void BM_Pipeline_five_strategies(benchmark::State& state) {
 }
 
 void BM_Pipeline_five_strategies_async(benchmark::State& state) {
-  kevlar::bench::run_async_calls(state, five_strategies(),
-                                 "idle loop (deadline timer armed once)");
+  kevlar::bench::run_async_calls(state, five_strategies(), "idle loop (deadline timer armed once)");
 }
 
 /// One strategy of the five alone, for the sum the pipeline is compared with.
@@ -92,13 +63,13 @@ void BM_Pipeline_single(benchmark::State& state) {
     const kevlar::Shield e;
     switch (Which) {
       case 0:
-        return e.rate_limit(never_rejecting_rate());
+        return e.rate_limit(kevlar::bench::never_rejecting_rate());
       case 1:
         return e.timeout(10s);
       case 2:
-        return e.retry(three_retries());
+        return e.retry(kevlar::bench::three_retries());
       case 3:
-        return e.circuit_breaker(ratio_breaker());
+        return e.circuit_breaker(kevlar::bench::ratio_breaker());
       default:
         return e.concurrency_limit(1024);
     }

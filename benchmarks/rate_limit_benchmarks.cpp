@@ -37,29 +37,14 @@ class Control final : public kevlar::Strategy {
   alignas(64) std::atomic<std::int64_t> word_{0};
 };
 
-/// A rate that never rejects here: 2^31-1 permits per second (one every nanosecond) with a burst
-/// of as many (two seconds of calls).
-kevlar::RateLimitOptions huge_rate() {
-  kevlar::RateLimitOptions o;
-  o.permits = static_cast<int>(kevlar::RateLimitLedger::max_count);
-  o.window = 1s;
-  return o;
-}
-
 const kevlar::Shield& uncontended() {
-  static const kevlar::Shield s = kevlar::Shield{}.rate_limit(huge_rate());
+  static const kevlar::Shield s =
+      kevlar::Shield{}.rate_limit(kevlar::bench::never_rejecting_rate());
   return s;
 }
 
 void BM_RateLimit_raw(benchmark::State& state) {
-  int x = 0;
-  kevlar::bench::AllocReport allocs;
-  for (auto _ : state) {
-    x = work(x);
-    benchmark::DoNotOptimize(x);
-  }
-  allocs.report(state);
-  state.SetLabel("no event loop; the call itself");
+  kevlar::bench::run_raw_calls(state, "no event loop; the call itself");
 }
 
 template <bool ReadClock, bool Cas>
