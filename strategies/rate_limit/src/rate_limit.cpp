@@ -19,6 +19,21 @@ using Kind = RateLimitLedger::Decision::Kind;
 /// so that `now + (burst + queue_limit) * T` cannot overflow for any clock reading in use.
 constexpr std::int64_t max_schedule = std::numeric_limits<std::int64_t>::max() / 4;
 
+/// a / b rounded up, for a >= 0 and b > 0.
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
+
+/// window / permits, rounded up to the nanosecond (the limiter never runs faster than asked).
+std::int64_t interval_of(Clock::duration window, std::int64_t permits) noexcept {
+  return ceil_div(window.count(), permits);
+}
+
+/// True if `slots` reservations of `interval` each fit in the schedule the ledger can count.
+bool schedule_fits(std::int64_t slots, std::int64_t interval) noexcept {
+  return slots <= max_schedule / interval;
+}
+
 std::uint32_t checked_count(int value, int min, const char* name) {
   if (value < min || static_cast<long long>(value) > RateLimitLedger::max_count) {
     std::ostringstream msg;
@@ -40,9 +55,7 @@ RateLimitOptions validated(RateLimitOptions o) {
   if (o.burst) (void)checked_count(*o.burst, 1, "burst");
   (void)checked_count(o.queue_limit, 0, "queue_limit");
   const std::int64_t slots = static_cast<std::int64_t>(o.burst.value_or(o.permits)) + o.queue_limit;
-  const std::int64_t w = o.window.count();
-  const std::int64_t interval = w / o.permits + (w % o.permits != 0 ? 1 : 0);
-  if (slots > max_schedule / interval) {
+  if (!schedule_fits(slots, interval_of(o.window, o.permits))) {
     throw std::invalid_argument(
         "kevlar::RateLimitOptions: (burst + queue_limit) x window / permits must be at most 73 "
         "years (a schedule the limiter can count in nanoseconds)");
@@ -58,11 +71,8 @@ bool leaving(Layer& layer) noexcept {
   return deadline != Clock::time_point::max() && layer.clock().now() >= deadline;
 }
 
-/// window / permits, rounded up to the nanosecond (the limiter never runs faster than asked).
 Clock::duration emission_interval(const RateLimitOptions& o) {
-  const auto permits = static_cast<std::int64_t>(o.permits);
-  const std::int64_t w = o.window.count();
-  return Clock::duration(w / permits + (w % permits != 0 ? 1 : 0));
+  return Clock::duration(interval_of(o.window, o.permits));
 }
 
 }  // namespace
@@ -83,8 +93,7 @@ RateLimitLedger::RateLimitLedger(Clock::duration emission_interval, std::uint32_
         "kevlar::RateLimitLedger: the burst must be in 1 .. 2^31-1 and the queue limit at most "
         "2^31-1");
   }
-  const std::int64_t slots = static_cast<std::int64_t>(burst) + queue_limit;
-  if (slots > max_schedule / interval_) {
+  if (!schedule_fits(static_cast<std::int64_t>(burst) + queue_limit, interval_)) {
     throw std::invalid_argument(
         "kevlar::RateLimitLedger: (burst + queue limit) x the emission interval exceeds 73 years");
   }
@@ -138,7 +147,7 @@ void RateLimitLedger::cancel_reservation() noexcept {
 std::uint32_t RateLimitLedger::available(rep tat, rep now) const noexcept {
   if (tat == never) return burst_;
   const rep lead = ahead(tat, now);
-  const rep consumed = lead / interval_ + (lead % interval_ != 0 ? 1 : 0);
+  const rep consumed = ceil_div(lead, interval_);
   return consumed >= static_cast<rep>(burst_) ? 0 : burst_ - static_cast<std::uint32_t>(consumed);
 }
 
