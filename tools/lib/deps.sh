@@ -1,21 +1,23 @@
 # shellcheck shell=bash disable=SC2034  # the arrays below are read by the scripts that source this
-# tools/lib/deps.sh — shared by tools/run-tests.sh and tools/run-sample.sh (sourced, not run).
+# tools/lib/deps.sh — shared by tools/run-tests.sh and tools/run-demo.sh (sourced, not run).
 #
 # kevlar builds against Debian bookworm's packages. kevlar_ensure_packages installs only what is
 # missing: it asks dpkg first and touches apt (update + install) only when something is absent,
 # so a second run costs a few dpkg queries.
 
-# What the quick-start sample needs: a compiler, CMake, Ninja and Boost (Asio is header-only).
-KEVLAR_SAMPLE_PACKAGES=(g++ cmake ninja-build libboost1.81-dev libspdlog-dev)
+# What the outage demo needs: a compiler, CMake, Ninja, Boost (Asio and Beast are header-only),
+# spdlog (the samples' build configures kevlar::spdlog), and gnuplot-nox, which draws its chart.
+KEVLAR_DEMO_PACKAGES=(g++ cmake ninja-build libboost1.81-dev libspdlog-dev gnuplot-nox)
 
 # What the whole test suite needs: both compilers, the clang sanitizer runtimes, ccache, and the
 # libraries Directory.cmake pins (GoogleTest, Google Benchmark, spdlog which brings fmt).
 # valgrind runs the instruction-count gate (stage e); prometheus brings promtool, which checks the
 # metrics exposition, and curl scrapes the /metrics endpoint in the observability tests. gcovr
-# reports the coverage of stage c (tools/coverage.sh).
+# reports the coverage of stage c (tools/coverage.sh). gnuplot-nox draws the outage demo's chart,
+# which its test checks.
 KEVLAR_TEST_PACKAGES=(g++ clang libclang-rt-14-dev cmake ninja-build ccache libboost1.81-dev
                       libgtest-dev libbenchmark-dev libspdlog-dev git python3 valgrind
-                      prometheus curl gcovr)
+                      prometheus curl gcovr gnuplot-nox)
 
 kevlar_banner() {
   printf '\n======================================================================\n'
