@@ -342,6 +342,98 @@ TEST_F(Exchange, TheBreakerOpensAfterTheConfiguredFailures) {
   EXPECT_EQ(server.requests(), 2) << "the open circuit kept the third request from the server";
 }
 
+/// Records the retry_after of every rejection (on the client's thread).
+class Rejections final : public Observer {
+ public:
+  void on_event(const Event& e) override {
+    after.push_back(std::get<Rejected>(e.detail).retry_after);
+  }
+  [[nodiscard]] EventKinds interests() const noexcept override {
+    return event_kinds<Rejected>();
+  }
+  std::vector<std::optional<Clock::duration>> after;
+};
+
+/// A breaker that opens on the first failure for `break_duration`, without retries.
+http::StandardShieldOptions one_failure_breaks(http::StandardShieldOptions o,
+                                               Clock::duration break_duration) {
+  o.retry.max_retries = 0;
+  CircuitBreakerOptions b;
+  b.consecutive_failures = 1;
+  b.break_duration = break_duration;
+  o.breaker = b;
+  return o;
+}
+
+struct BreakerRetryAfter : Exchange {
+  std::shared_ptr<Rejections> rejections = std::make_shared<Rejections>();
+
+  /// One exchange; its error code.
+  boost::system::error_code call(const Shield& shield, const TestServer& server) {
+    ec.reset();
+    start(shield, server);
+    EXPECT_TRUE(run_until([&] { return ec.has_value(); }));
+    return ec.value_or(boost::system::error_code{});
+  }
+  /// The breaker rejects at `open_for - 1ms` from now, with that much left as its retry_after,
+  /// and lets the next request through at `open_for`.
+  void expect_open_for(const Shield& shield, const TestServer& server, Clock::duration open_for) {
+    const int before = server.requests();
+    EXPECT_EQ(call(shield, server), errc::circuit_open);
+    ASSERT_FALSE(rejections->after.empty());
+    EXPECT_EQ(rejections->after.back(), open_for);
+    clock->advance(open_for - 1ms);
+    EXPECT_EQ(call(shield, server), errc::circuit_open);
+    EXPECT_EQ(rejections->after.back(), 1ms);
+    EXPECT_EQ(server.requests(), before);
+    clock->advance(1ms);
+    EXPECT_FALSE(call(shield, server)) << "the probe is let through";
+    EXPECT_EQ(response.result_int(), 200U);
+    EXPECT_EQ(server.requests(), before + 1);
+  }
+};
+
+TEST_F(BreakerRetryAfter, ALongerRetryAfterHoldsTheCircuitOpenThatLong) {
+  TestServer server({answer(503, "10"), answer(200)});
+  const Shield shield = shield_of(one_failure_breaks(options(), 2s)).observed_by(rejections);
+  EXPECT_FALSE(call(shield, server));
+  EXPECT_EQ(response.result_int(), 503U);
+  expect_open_for(shield, server, 10s);
+}
+
+TEST_F(BreakerRetryAfter, AShorterOrMissingRetryAfterKeepsTheBreakDuration) {
+  TestServer server({answer(503, "1"), answer(200), answer(503), answer(200)});
+  const Shield shield = shield_of(one_failure_breaks(options(), 2s)).observed_by(rejections);
+  EXPECT_FALSE(call(shield, server));
+  expect_open_for(shield, server, 2s);
+  EXPECT_FALSE(call(shield, server));  // the 503 without Retry-After opens it again
+  EXPECT_EQ(response.result_int(), 503U);
+  expect_open_for(shield, server, 2s);
+}
+
+TEST_F(BreakerRetryAfter, IsCappedByTheRetrysMaximumDelay) {
+  TestServer server({answer(503, "3600"), answer(200)});
+  http::StandardShieldOptions o = one_failure_breaks(options(), 2s);
+  o.retry.max_delay = 5s;
+  const Shield shield = shield_of(o).observed_by(rejections);
+  EXPECT_FALSE(call(shield, server));
+  expect_open_for(shield, server, 5s);
+}
+
+TEST_F(BreakerRetryAfter, IsIgnoredWhenNotHonouredOrWhenTheBreakerHasItsOwnGenerator) {
+  TestServer server({answer(503, "10"), answer(200), answer(503, "10"), answer(200)});
+  http::StandardShieldOptions o = one_failure_breaks(options(), 2s);
+  o.honour_retry_after = false;
+  const Shield plain = shield_of(o).observed_by(rejections);
+  EXPECT_FALSE(call(plain, server));
+  expect_open_for(plain, server, 2s);
+  o = one_failure_breaks(options(), 2s);
+  o.breaker->break_duration_generator = [](const BreakEvent&) -> Clock::duration { return 3s; };
+  const Shield own = shield_of(o).observed_by(rejections);
+  EXPECT_FALSE(call(own, server));
+  expect_open_for(own, server, 3s);
+}
+
 TEST_F(Exchange, InterimResponsesAreSkipped) {
   TestServer server({hinted()});
   start(shield_of(options()), server);
@@ -394,7 +486,10 @@ TEST_F(Exchange, TheCallersCancellationAbortsThePendingRead) {
 }
 
 TEST(StandardShield, HasKevlarsDefaultShape) {
-  const Shield s = http::standard_shield<bhttp::string_body>();
+  // Without the Retry-After rule, whose break-duration generator describes itself as dynamic.
+  http::StandardShieldOptions defaults;
+  defaults.honour_retry_after = false;
+  const Shield s = http::standard_shield<bhttp::string_body>(defaults);
   ASSERT_EQ(s.size(), 4U);  // no concurrency limit by default
   RetryOptions retry;
   retry.max_retries = 3;
@@ -413,9 +508,12 @@ TEST(StandardShield, HasKevlarsDefaultShape) {
   o.attempt_timeout = 0s;
   EXPECT_THROW((void)http::standard_shield<bhttp::string_body>(o), std::invalid_argument);
   // Replacing the whole retry keeps the 30 s cap on a Retry-After.
-  http::StandardShieldOptions replaced;
+  http::StandardShieldOptions replaced = defaults;
   replaced.retry = RetryOptions{};
   EXPECT_EQ(http::standard_shield<bhttp::string_body>(replaced).describe(), s.describe());
+  EXPECT_NE(http::standard_shield<bhttp::string_body>().describe().find("break dynamic"),
+            std::string::npos)
+      << "by default the breaker holds the circuit open for a longer Retry-After";
 }
 
 }  // namespace

@@ -364,8 +364,8 @@ void CircuitBreakerCore::record_failure(Clock::time_point now, const Admission& 
       reservation.emplace();
       reservation->token = ++opening_token_;
       reservation->from = s;
-      reservation->event =
-          BreakEvent{s, trips_ + 1, failure.exception, failure.error, failure.context};
+      reservation->event = BreakEvent{
+          s, trips_ + 1, failure.exception, failure.error, failure.context, failure.outcome};
       opening_pending_ = true;
     }
   }
@@ -607,7 +607,7 @@ Step CircuitBreaker::inner_complete(Layer& layer, Frame& f) {
     const detail::TransitionScope transitions(transition_source(layer));  // may open
     const OutcomeRef o = layer.outcome();
     core_.record_failure(layer.clock().now(), f.admission,
-                         {o.exception(), o.error(), &layer.context()});
+                         {o.exception(), o.error(), &layer.context(), &o});
     return Step::complete;
   }
   const OutcomeRef o = layer.outcome();

@@ -12,6 +12,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -19,10 +20,13 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -75,6 +79,37 @@ template <class Body, class Fields>
   return parse_retry_after(std::string_view(v.data(), v.size()), now);
 }
 
+/// An absolute `http://` URL, split into what a connection and a request need.
+struct Url {
+  /// A host name or an IPv4 address as written, or an IPv6 address without its brackets.
+  std::string host;
+  /// The port: the URL's, or 80.
+  std::uint16_t port = 80;
+  /// The request target: the path and query (`/` when the URL has neither); no fragment.
+  std::string target = "/";
+
+  /// The Host field for a request: `host`, with `:port` unless it is 80, an IPv6 address in
+  /// brackets.
+  [[nodiscard]] std::string host_field() const;
+};
+
+/// Parses `http://host[:port][/path][?query][#fragment]` (the scheme case-insensitive, the
+/// fragment dropped: it is never sent). Throws std::invalid_argument saying what is wrong, with
+/// the URL: another scheme (`https` too: kevlar::http runs on a plain beast::tcp_stream), user
+/// information, no host, a malformed host or IPv6 literal, a port that is not a number from 1
+/// to 65535, and spaces or control characters anywhere (percent-encode them). Resolving the
+/// host is the caller's (an asio::ip::tcp::resolver).
+[[nodiscard]] Url parse_url(std::string_view text);
+
+/// A request for `url`: `method`, its target, HTTP/1.1 and its Host field.
+template <class Body = boost::beast::http::empty_body>
+[[nodiscard]] boost::beast::http::request<Body> make_request(boost::beast::http::verb method,
+                                                             const Url& url) {
+  boost::beast::http::request<Body> req{method, url.target, 11};
+  req.set(boost::beast::http::field::host, url.host_field());
+  return req;
+}
+
 /// The parts of standard_shield, with Kevlar's defaults (its standard HTTP pipeline): a total
 /// timeout of 30 s, then 3 retries (exponential backoff from 250 ms with jitter, at most 30 s
 /// apart, a response's Retry-After honoured when longer), then a failure-ratio circuit breaker
@@ -93,7 +128,11 @@ struct StandardShieldOptions {
     r.max_delay = std::chrono::seconds(30);
     return r;
   }();
-  /// Wait as long as a retried response's Retry-After says, when that is longer than the backoff.
+  /// Wait as long as a retried response's Retry-After says, when that is longer than the backoff;
+  /// and hold the circuit open as long as the Retry-After of the response that opens it says,
+  /// when that is longer than the break duration (capped by the retry's max_delay, or by the
+  /// break duration if that is longer), so that the breaker's rejections carry it as their
+  /// retry_after. A break_duration_generator set in `breaker` replaces the breaker's part.
   bool honour_retry_after = true;
   /// The breaker; nullopt: none.
   std::optional<CircuitBreakerOptions> breaker = [] {
@@ -124,19 +163,34 @@ template <class Body, class Fields = boost::beast::http::fields>
   RetryOptions retry = options.retry;
   // The cap of a Retry-After, also when the caller replaced the whole RetryOptions.
   if (!retry.max_delay) retry.max_delay = std::chrono::seconds(30);
+  const std::function<std::chrono::system_clock::time_point()> wall =
+      options.wall_clock ? options.wall_clock : [] { return std::chrono::system_clock::now(); };
   if (options.honour_retry_after && !retry.delay_generator) {
-    auto wall = options.wall_clock ? options.wall_clock
-                                   : [] { return std::chrono::system_clock::now(); };
     retry.delay_generator = [wall](const RetryEvent& e) -> std::optional<Clock::duration> {
       const Response* r = e.outcome.value_if<Response>();
       if (r == nullptr) return std::nullopt;
       const std::optional<Clock::duration> after = retry_after(*r, wall());
       if (!after || *after <= e.delay) return std::nullopt;  // the backoff is longer: keep it
-      return *after;  // capped by max_delay by the retry
+      return *after;                                         // capped by max_delay by the retry
     };
   }
   s = s.retry(retry);
-  if (options.breaker) s = s.circuit_breaker(*options.breaker);
+  if (options.breaker) {
+    CircuitBreakerOptions breaker = *options.breaker;
+    if (options.honour_retry_after && !breaker.break_duration_generator) {
+      const Clock::duration base = breaker.break_duration;
+      const Clock::duration cap =
+          std::min(std::max(base, *retry.max_delay), CircuitBreakerOptions::max_duration);
+      breaker.break_duration_generator = [wall, base, cap](const BreakEvent& e) {
+        const Response* r = e.outcome != nullptr ? e.outcome->value_if<Response>() : nullptr;
+        if (r == nullptr) return base;  // an error or an exception opened it
+        const std::optional<Clock::duration> after = retry_after(*r, wall());
+        if (!after || *after <= base) return base;
+        return std::min(*after, cap);
+      };
+    }
+    s = s.circuit_breaker(breaker);
+  }
   if (options.concurrency_limit) s = s.concurrency_limit(*options.concurrency_limit);
   if (options.attempt_timeout) s = s.timeout(*options.attempt_timeout);
   return s;
@@ -165,8 +219,7 @@ struct ExchangeOp {
     namespace http = boost::beast::http;
     // A cancellation that arrived while a completion was already queued is honoured before the
     // next step starts (Beast's operations only see one that arrives while they are pending).
-    if (!ec && phase != Phase::start &&
-        self.cancelled() != boost::asio::cancellation_type::none) {
+    if (!ec && phase != Phase::start && self.cancelled() != boost::asio::cancellation_type::none) {
       ec = boost::asio::error::operation_aborted;
     }
     switch (phase) {

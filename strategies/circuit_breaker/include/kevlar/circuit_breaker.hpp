@@ -60,6 +60,11 @@ struct BreakEvent {
   std::exception_ptr exception;      ///< the failure that trips the circuit, if an exception
   boost::system::error_code error;   ///< the failure that trips the circuit, if an error code
   const Context* context = nullptr;  ///< the failing execution's context (null without one)
+  /// The handled outcome that trips the circuit, also when it is a result the clause judged a
+  /// failure (read it with value_if<T>(): an HTTP response's Retry-After, for example). Valid
+  /// only during the break_duration_generator call; null when the failure was recorded without
+  /// one (CircuitBreakerCore::record_failure called directly).
+  const OutcomeRef* outcome = nullptr;
 };
 
 /// Options of a circuit breaker. Validated when the breaker is created (Shield::circuit_breaker or
@@ -167,6 +172,7 @@ class CircuitBreakerCore {
     std::exception_ptr exception;      ///< the failure, if an exception
     boost::system::error_code error;   ///< the failure, if an error code
     const Context* context = nullptr;  ///< the failing execution's context, if any
+    const OutcomeRef* outcome = nullptr;  ///< the handled outcome, if any (BreakEvent::outcome)
   };
 
   /// Counters, for tests and diagnostics (a consistent snapshot taken under the lock).

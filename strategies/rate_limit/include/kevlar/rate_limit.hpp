@@ -108,6 +108,7 @@ class RateLimitLedger {
   /// Reservations currently held.
   [[nodiscard]] std::uint32_t queued() const noexcept;
 
+  /// T: the time one permit takes to come back, `ceil(window / permits)`. Constant; thread-safe.
   [[nodiscard]] Clock::duration emission_interval() const noexcept {
     return Clock::duration(interval_);
   }
@@ -115,7 +116,10 @@ class RateLimitLedger {
   [[nodiscard]] Clock::duration burst_tolerance() const noexcept {
     return Clock::duration(tolerance_);
   }
+  /// The bucket's capacity: permits a call sequence may take at once after an idle period.
+  /// Constant; thread-safe.
   [[nodiscard]] std::uint32_t burst() const noexcept { return burst_; }
+  /// Reservations that may wait at once (0: no queue, rejections only). Constant; thread-safe.
   [[nodiscard]] std::uint32_t queue_limit() const noexcept { return queue_limit_; }
 
  private:
