@@ -1,6 +1,7 @@
 // BM_Observability: timeout -> retry -> breaker (BM_Pipeline's shield, named "api") without
-// observers, with the metrics observer, and with the spdlog observer on a null sink; run them in
-// one invocation with BM_Pipeline/timeout_retry_breaker, their unobserved baseline:
+// observers, with a do-nothing observer (the cost of being observed at all), with the metrics
+// observer, and with the spdlog observer on a null sink; run them in one invocation with
+// BM_Pipeline/timeout_retry_breaker, their unobserved baseline:
 //   kevlar_benchmarks --benchmark_filter='BM_Pipeline/timeout_retry_breaker$|BM_Observability'
 #include "bench_support.hpp"
 
@@ -22,21 +23,38 @@ const kevlar::Shield& named() {
 }
 
 std::shared_ptr<spdlog::logger> null_logger(spdlog::level::level_enum level) {
-  auto logger = std::make_shared<spdlog::logger>("bench",
-                                                 std::make_shared<spdlog::sinks::null_sink_mt>());
+  auto logger =
+      std::make_shared<spdlog::logger>("bench", std::make_shared<spdlog::sinks::null_sink_mt>());
   logger->set_level(level);
   return logger;
 }
 
 void BM_Observability_unobserved(benchmark::State& state) {
-  kevlar::bench::run_sync_calls(state, named(),
-                                "no event loop; no observer (compare BM_Pipeline/timeout_retry_breaker)");
+  kevlar::bench::run_sync_calls(
+      state, named(), "no event loop; no observer (compare BM_Pipeline/timeout_retry_breaker)");
+}
+
+/// A do-nothing observer that wants only ExecutionFinished: the cost of being observed at all
+/// (the execution layer, its two clock reads, one event built and delivered).
+class Noop final : public kevlar::Observer {
+ public:
+  void on_event(const kevlar::Event& e) override { benchmark::DoNotOptimize(&e); }
+  [[nodiscard]] kevlar::EventKinds interests() const noexcept override {
+    return kevlar::event_kinds<kevlar::ExecutionFinished>();
+  }
+};
+
+void BM_Observability_noop_observer(benchmark::State& state) {
+  kevlar::bench::run_sync_calls(state, named().observed_by(std::make_shared<Noop>()),
+                                "no event loop; do-nothing observer of ExecutionFinished (compare "
+                                "BM_Observability/unobserved)");
 }
 
 void BM_Observability_metrics(benchmark::State& state) {
   auto metrics = std::make_shared<kevlar::MetricsObserver>();
-  kevlar::bench::run_sync_calls(state, named().observed_by(metrics),
-                                "no event loop; metrics observer (compare BM_Observability/unobserved)");
+  kevlar::bench::run_sync_calls(
+      state, named().observed_by(metrics),
+      "no event loop; metrics observer (compare BM_Observability/unobserved)");
   benchmark::DoNotOptimize(metrics->snapshot());
 }
 
@@ -61,6 +79,7 @@ void BM_Observability_spdlog_null_sink_debug(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_Observability_unobserved)->Name("BM_Observability/unobserved");
+BENCHMARK(BM_Observability_noop_observer)->Name("BM_Observability/noop_observer");
 BENCHMARK(BM_Observability_metrics)->Name("BM_Observability/metrics");
 BENCHMARK(BM_Observability_spdlog_null_sink)->Name("BM_Observability/spdlog_null_sink");
 BENCHMARK(BM_Observability_spdlog_null_sink_debug)->Name("BM_Observability/spdlog_null_sink_debug");
