@@ -5,8 +5,8 @@
 # missing (a compiler, CMake, Ninja, Boost, and gnuplot for the chart), configures a Release
 # build in build/demo (samples only), builds kevlar_outage_demo and runs it. Arguments are passed
 # to the demo (`./tools/run-demo.sh --help` lists them); the chart, its data and the final
-# metrics go to build/outage-demo unless --out says otherwise. Run it again and only what
-# changed is rebuilt.
+# metrics go to build/outage-demo unless --out says otherwise (a relative --out is relative to
+# the checkout, where this script runs). Run it again and only what changed is rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=tools/lib/deps.sh

@@ -1,4 +1,5 @@
-# CTest's check of the outage demo: runs a 5-second version, then compares the summary's figures
+# CTest's check of the outage demo: runs a 5-second version (0.5 s healthy, 1 s slow, 1.5 s
+# failing, 2 s recovering), then compares the summary's figures
 # with what the scenario guarantees, checks the chart is a real PNG, and checks that a bad flag
 # is refused with the usage text.
 #
@@ -7,7 +8,7 @@ cmake_minimum_required(VERSION 3.20)
 
 file(REMOVE_RECURSE "${OUT}")
 execute_process(
-  COMMAND "${DEMO}" --healthy 1 --slow 1 --failing 2 --recovering 1 --rate 40 --seed 7 --plain
+  COMMAND "${DEMO}" --healthy 0.5 --slow 1 --failing 1.5 --recovering 2 --rate 40 --seed 7 --plain
           --out "${OUT}"
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
 message("${out}")
@@ -37,7 +38,7 @@ summary_pair("success rate \\(%\\)" ok_u ok_p)
 summary_pair("latency p99 \\(ms\\)" p99_u p99_p)
 summary_pair("latency max \\(ms\\)" max_u max_p)
 summary_pair("reached the dependency while failing" failing_u failing_p)
-summary_pair("refused at once \\(breaker, limit\\)" refused_u refused_p)
+summary_pair("ended refused \\(breaker, limit\\)" refused_u refused_p)
 summary_pair("time to recover \\(s\\)" recover_u recover_p)
 
 # The same load through both clients: 40 calls a second for 5 seconds, every one completed.
@@ -48,11 +49,13 @@ expect(ok_u GREATER 0 AND ok_u LESS 100 AND ok_p GREATER 0 AND ok_p LESS 100)
 # (1 s) bounds every protected call.
 expect(p99_u GREATER_EQUAL 2000)
 expect(max_p LESS 1500)
-# The open breaker keeps most protected calls away from the failing dependency, and refuses
-# them at once; the unprotected client sends every call.
+# The unprotected client sends every call of the failing phase: 60, give or take a call that the
+# dependency read a little after a phase boundary. The open breaker keeps most protected calls
+# away and refuses them (2 s of recovery is enough for the next probe after a 1 s break).
+expect(failing_u GREATER_EQUAL 57 AND failing_u LESS_EQUAL 63)
 math(EXPR spared_limit "${failing_u} * 6 / 10")
-expect(failing_u EQUAL 80 AND failing_p LESS ${spared_limit})
-expect(refused_u EQUAL 0 AND refused_p GREATER 0)
+expect(failing_p LESS ${spared_limit})
+expect(refused_p GREATER 0)
 expect(NOT recover_p STREQUAL "never")
 
 # The chart: a PNG signature and more than a blank image's bytes.

@@ -32,7 +32,9 @@ inline constexpr std::size_t client_count = 2;
 /// seeded with the demo's seed, drawn on the server's one thread.
 class Dependency {
  public:
+  /// Binds and listens at once (a boost::system::system_error if it cannot).
   explicit Dependency(const DemoOptions& options);
+  /// Stops it (stop()).
   ~Dependency();
   Dependency(const Dependency&) = delete;
   Dependency& operator=(const Dependency&) = delete;
@@ -42,6 +44,7 @@ class Dependency {
   /// Stops the server and joins its thread. Idempotent.
   void stop();
 
+  /// Where it listens (127.0.0.1, the port the system picked).
   [[nodiscard]] boost::asio::ip::tcp::endpoint endpoint() const { return endpoint_; }
   /// Requests from `client` that arrived during `phase`. Thread-safe.
   [[nodiscard]] std::uint64_t reached(Client client, Phase phase) const noexcept;

@@ -32,9 +32,9 @@ inline constexpr std::size_t result_count = 6;
 
 /// One call: when it started (seconds since the start of the run), how long it took, its result.
 struct CallRecord {
-  double start = 0;
-  double latency = 0;
-  Result result = Result::ok;
+  double start = 0;            ///< seconds since the start of the run
+  double latency = 0;          ///< seconds from start to completion
+  Result result = Result::ok;  ///< how it ended
 };
 
 /// How long a caller of the demo's service waits for an answer at most: the protected client's
@@ -50,6 +50,7 @@ inline constexpr std::chrono::milliseconds caller_deadline{1000};
 /// Runs both clients on `ioc` (one thread: the records need no lock).
 class Load {
  public:
+  /// Sends to `dependency`; the protected client's calls go through `shield`.
   Load(boost::asio::io_context& ioc, const DemoOptions& options,
        boost::asio::ip::tcp::endpoint dependency, kevlar::Shield shield);
 

@@ -23,6 +23,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -51,10 +52,16 @@ void raise_descriptor_limit() {
   }
 }
 
+/// Redraw the table in place only on a terminal wide enough for its rows (a wrapped row would
+/// break the redraw): plain lines otherwise.
 bool on_terminal(const DemoOptions& options) {
   const char* term = std::getenv("TERM");
-  return !options.plain && isatty(STDOUT_FILENO) != 0 && term != nullptr &&
-         std::string(term) != "dumb";
+  if (options.plain || isatty(STDOUT_FILENO) == 0 || term == nullptr ||
+      std::string(term) == "dumb") {
+    return false;
+  }
+  winsize size{};
+  return ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col >= LiveTable::width;
 }
 
 /// Once a second from t0 until the load is done: the calls completed during the second, and what
@@ -159,6 +166,11 @@ int run(const DemoOptions& options) {
   {
     std::ofstream prom(out / "metrics.prom");
     prom << kevlar::prometheus::to_text(snapshot);
+    if (!prom) {
+      std::fprintf(stderr, "kevlar_outage_demo: cannot write %s\n",
+                   (out / "metrics.prom").string().c_str());
+      return 1;
+    }
   }
   try {
     const std::filesystem::path png = write_chart(out, options, result);

@@ -25,7 +25,9 @@ inline constexpr std::size_t phase_count = 4;
 struct Schedule {
   std::array<Millis, phase_count> lengths{Millis(8000), Millis(7000), Millis(8000), Millis(7000)};
 
+  /// The length of the whole run.
   [[nodiscard]] Millis total() const noexcept;
+  /// When `phase` starts and ends, from the start of the run.
   [[nodiscard]] Millis start_of(Phase phase) const noexcept;
   [[nodiscard]] Millis end_of(Phase phase) const noexcept;
   /// The phase at `elapsed` since the start; recovering from its start on, also past the end.
@@ -34,7 +36,7 @@ struct Schedule {
 
 /// Everything the flags set.
 struct DemoOptions {
-  Schedule schedule;
+  Schedule schedule;                ///< the dependency's phases
   int rate = 40;                    ///< calls per second, the same for each client
   Millis slow_latency{2000};        ///< how long the dependency takes to answer in its slow phase
   std::uint64_t seed = 1;           ///< the dependency's choices and the retry's jitter

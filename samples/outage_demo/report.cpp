@@ -175,7 +175,8 @@ void LiveTable::update(double elapsed, const std::array<Stats, client_count>& la
   std::fflush(out_);
 }
 
-std::optional<double> time_to_recover(std::span<const CallRecord> calls, const Schedule& schedule) {
+std::optional<double> time_to_recover(std::span<const CallRecord> calls, const Schedule& schedule,
+                                      int rate) {
   const double from = std::chrono::duration<double>(schedule.start_of(Phase::recovering)).count();
   std::vector<CallRecord> after;
   for (const CallRecord& c : calls) {
@@ -183,7 +184,8 @@ std::optional<double> time_to_recover(std::span<const CallRecord> calls, const S
   }
   std::sort(after.begin(), after.end(),
             [](const CallRecord& a, const CallRecord& b) { return a.start < b.start; });
-  constexpr double window = 0.5;
+  // Long enough to hold three calls at any rate.
+  const double window = std::max(0.5, 3.0 / static_cast<double>(rate));
   for (std::size_t i = 0; i < after.size(); ++i) {
     std::size_t n = 0;
     std::size_t ok = 0;
@@ -216,7 +218,7 @@ std::string summary_text(const DemoOptions& options, const RunResult& run) {
     });
   };
   const auto recover = [&](std::size_t c) {
-    const std::optional<double> t = time_to_recover(run.calls[c], options.schedule);
+    const std::optional<double> t = time_to_recover(run.calls[c], options.schedule, options.rate);
     return t ? format("%.2f", *t) : std::string("never");
   };
   const double total = std::chrono::duration<double>(options.schedule.total()).count();
@@ -247,7 +249,7 @@ std::string summary_text(const DemoOptions& options, const RunResult& run) {
   s += format("%-40s %12llu %12llu\n", "reached the dependency while failing",
               static_cast<unsigned long long>(run.reached[0][failing]),
               static_cast<unsigned long long>(run.reached[1][failing]));
-  s += format("%-40s %12td %12td\n", "refused at once (breaker, limit)", refused(0), refused(1));
+  s += format("%-40s %12td %12td\n", "ended refused (breaker, limit)", refused(0), refused(1));
   s += format("%-40s %12s %12s\n", "time to recover (s)", recover(0).c_str(), recover(1).c_str());
   s += format("%-40s %12s %12.0f\n", "retries", "-", run.counters.retries);
   s += format("%-40s %12s %12.0f\n", "timeouts", "-", run.counters.timeouts);
@@ -279,8 +281,9 @@ std::filesystem::path write_chart(const std::filesystem::path& folder, const Dem
   for (std::size_t c = 0; c < client_count; ++c) {
     by_start[c].resize(buckets);
     for (const CallRecord& r : run.calls[c]) {
+      // A call the load started a little late, past the end, belongs to the last bucket.
       const auto b = static_cast<std::size_t>(std::max(0.0, r.start) / bucket);
-      if (b < buckets) by_start[c][b].push_back(r);
+      by_start[c][std::min(b, buckets - 1)].push_back(r);
     }
   }
   {

@@ -20,8 +20,8 @@ namespace outage_demo {
 
 /// Latency figures of a set of calls, in seconds.
 struct Stats {
-  std::size_t calls = 0;
-  std::size_t ok = 0;
+  std::size_t calls = 0;  ///< calls counted
+  std::size_t ok = 0;     ///< of which answered with 200
   double p50 = 0, p90 = 0, p99 = 0, max = 0;
 };
 /// Nearest-rank percentiles over every call of `calls`, successful or not.
@@ -41,6 +41,10 @@ struct ShieldCounters {
 /// The table printed once a second: redrawn in place on a terminal, plain lines otherwise.
 class LiveTable {
  public:
+  /// The columns a redrawn table needs (its widest line).
+  static constexpr int width = 112;
+
+  /// Writes to `out`: redrawn in place when `in_place`, else two plain lines per second.
   LiveTable(const DemoOptions& options, bool in_place, std::FILE* out);
 
   /// One second: `last` holds the calls each client completed during it, `delta` what the
@@ -60,15 +64,17 @@ class LiveTable {
 
 /// Everything the summary compares.
 struct RunResult {
-  std::array<std::vector<CallRecord>, client_count> calls;
+  std::array<std::vector<CallRecord>, client_count> calls;  ///< every call, by client
+  /// Requests the dependency received, by client and phase.
   std::array<std::array<std::uint64_t, phase_count>, client_count> reached{};
-  ShieldCounters counters;
+  ShieldCounters counters;  ///< the protected client's, at the end
 };
 
 /// The first moment after the recovering phase starts from which 90 % of the calls started over
-/// the next half second succeeded, in seconds after that start; std::nullopt if none.
+/// the next half second succeeded (over the next three calls' worth of time at rates under 6 per
+/// second), in seconds after that start; std::nullopt if none.
 [[nodiscard]] std::optional<double> time_to_recover(std::span<const CallRecord> calls,
-                                                    const Schedule& schedule);
+                                                    const Schedule& schedule, int rate);
 
 /// The side-by-side summary (every figure the test checks is on a line of its own).
 [[nodiscard]] std::string summary_text(const DemoOptions& options, const RunResult& run);

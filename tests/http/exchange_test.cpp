@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -15,8 +17,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -119,11 +119,13 @@ class TestServer {
     beast::flat_buffer buffer;
     for (;;) {
       Request req;
-      auto [ec, n] = co_await bhttp::async_read(stream, buffer, req, asio::as_tuple(asio::use_awaitable));
+      auto [ec, n] =
+          co_await bhttp::async_read(stream, buffer, req, asio::as_tuple(asio::use_awaitable));
       (void)n;
       if (ec) co_return;
       const int index = requests_++;
-      const Reply reply = script_[std::min<std::size_t>(static_cast<std::size_t>(index), script_.size() - 1)];
+      const Reply reply =
+          script_[std::min<std::size_t>(static_cast<std::size_t>(index), script_.size() - 1)];
       if (reply.hang) {
         char byte;
         auto [rec, rn] = co_await stream.async_read_some(asio::buffer(&byte, 1),
@@ -133,8 +135,10 @@ class TestServer {
         co_return;
       }
       if (reply.early_hints) {
-        bhttp::response<bhttp::empty_body> hints{static_cast<bhttp::status>(103), 11};  // Early Hints
-        auto [hec, hn] = co_await bhttp::async_write(stream, hints, asio::as_tuple(asio::use_awaitable));
+        bhttp::response<bhttp::empty_body> hints{static_cast<bhttp::status>(103),
+                                                 11};  // Early Hints
+        auto [hec, hn] =
+            co_await bhttp::async_write(stream, hints, asio::as_tuple(asio::use_awaitable));
         (void)hn;
         if (hec) co_return;
       }
@@ -143,7 +147,8 @@ class TestServer {
         bhttp::response<bhttp::empty_body> res{static_cast<bhttp::status>(reply.status), 11};
         res.keep_alive(keep_alive);
         res.content_length(3);
-        auto [wec, wn] = co_await bhttp::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
+        auto [wec, wn] =
+            co_await bhttp::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
         (void)wn;
         if (wec || !keep_alive) co_return;
         continue;
@@ -153,7 +158,8 @@ class TestServer {
       if (!reply.retry_after.empty()) res.set(bhttp::field::retry_after, reply.retry_after);
       res.body() = std::to_string(reply.status);
       res.prepare_payload();
-      auto [wec, wn] = co_await bhttp::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
+      auto [wec, wn] =
+          co_await bhttp::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
       (void)wn;
       if (wec || !keep_alive) co_return;
     }
@@ -207,7 +213,8 @@ struct Exchange : ::testing::Test {
     http::async_exchange<bhttp::string_body>(
         shield, stream, server.endpoint(), request,
         asio::bind_cancellation_slot(
-            cancel.slot(), asio::bind_executor(ioc, [this](boost::system::error_code e, Response r) {
+            cancel.slot(),
+            asio::bind_executor(ioc, [this](boost::system::error_code e, Response r) {
               ec = e;
               response = std::move(r);
             })));
@@ -348,9 +355,7 @@ class Rejections final : public Observer {
   void on_event(const Event& e) override {
     after.push_back(std::get<Rejected>(e.detail).retry_after);
   }
-  [[nodiscard]] EventKinds interests() const noexcept override {
-    return event_kinds<Rejected>();
-  }
+  [[nodiscard]] EventKinds interests() const noexcept override { return event_kinds<Rejected>(); }
   std::vector<std::optional<Clock::duration>> after;
 };
 
@@ -365,7 +370,7 @@ http::StandardShieldOptions one_failure_breaks(http::StandardShieldOptions o,
   return o;
 }
 
-struct BreakerRetryAfter : Exchange {
+struct RetryAfterHolds : Exchange {
   std::shared_ptr<Rejections> rejections = std::make_shared<Rejections>();
 
   /// One exchange; its error code.
@@ -375,15 +380,16 @@ struct BreakerRetryAfter : Exchange {
     EXPECT_TRUE(run_until([&] { return ec.has_value(); }));
     return ec.value_or(boost::system::error_code{});
   }
-  /// The breaker rejects at `open_for - 1ms` from now, with that much left as its retry_after,
-  /// and lets the next request through at `open_for`.
-  void expect_open_for(const Shield& shield, const TestServer& server, Clock::duration open_for) {
+  /// The shield rejects (with `refusal`) at once and at `open_for - 1ms` from now, with what is
+  /// left as its retry_after, and lets the next request through at `open_for`.
+  void expect_open_for(const Shield& shield, const TestServer& server, Clock::duration open_for,
+                       errc refusal = errc::circuit_open) {
     const int before = server.requests();
-    EXPECT_EQ(call(shield, server), errc::circuit_open);
+    EXPECT_EQ(call(shield, server), refusal);
     ASSERT_FALSE(rejections->after.empty());
     EXPECT_EQ(rejections->after.back(), open_for);
     clock->advance(open_for - 1ms);
-    EXPECT_EQ(call(shield, server), errc::circuit_open);
+    EXPECT_EQ(call(shield, server), refusal);
     EXPECT_EQ(rejections->after.back(), 1ms);
     EXPECT_EQ(server.requests(), before);
     clock->advance(1ms);
@@ -393,7 +399,7 @@ struct BreakerRetryAfter : Exchange {
   }
 };
 
-TEST_F(BreakerRetryAfter, ALongerRetryAfterHoldsTheCircuitOpenThatLong) {
+TEST_F(RetryAfterHolds, ALongerRetryAfterHoldsTheCircuitOpenThatLong) {
   TestServer server({answer(503, "10"), answer(200)});
   const Shield shield = shield_of(one_failure_breaks(options(), 2s)).observed_by(rejections);
   EXPECT_FALSE(call(shield, server));
@@ -401,7 +407,7 @@ TEST_F(BreakerRetryAfter, ALongerRetryAfterHoldsTheCircuitOpenThatLong) {
   expect_open_for(shield, server, 10s);
 }
 
-TEST_F(BreakerRetryAfter, AShorterOrMissingRetryAfterKeepsTheBreakDuration) {
+TEST_F(RetryAfterHolds, AShorterOrMissingRetryAfterKeepsTheBreakDuration) {
   TestServer server({answer(503, "1"), answer(200), answer(503), answer(200)});
   const Shield shield = shield_of(one_failure_breaks(options(), 2s)).observed_by(rejections);
   EXPECT_FALSE(call(shield, server));
@@ -411,7 +417,7 @@ TEST_F(BreakerRetryAfter, AShorterOrMissingRetryAfterKeepsTheBreakDuration) {
   expect_open_for(shield, server, 2s);
 }
 
-TEST_F(BreakerRetryAfter, IsCappedByTheRetrysMaximumDelay) {
+TEST_F(RetryAfterHolds, IsCappedByTheRetrysMaximumDelay) {
   TestServer server({answer(503, "3600"), answer(200)});
   http::StandardShieldOptions o = one_failure_breaks(options(), 2s);
   o.retry.max_delay = 5s;
@@ -420,7 +426,7 @@ TEST_F(BreakerRetryAfter, IsCappedByTheRetrysMaximumDelay) {
   expect_open_for(shield, server, 5s);
 }
 
-TEST_F(BreakerRetryAfter, IsIgnoredWhenNotHonouredOrWhenTheBreakerHasItsOwnGenerator) {
+TEST_F(RetryAfterHolds, IsIgnoredWhenNotHonouredOrWhenTheBreakerHasItsOwnGenerator) {
   TestServer server({answer(503, "10"), answer(200), answer(503, "10"), answer(200)});
   http::StandardShieldOptions o = one_failure_breaks(options(), 2s);
   o.honour_retry_after = false;
@@ -432,6 +438,37 @@ TEST_F(BreakerRetryAfter, IsIgnoredWhenNotHonouredOrWhenTheBreakerHasItsOwnGener
   const Shield own = shield_of(o).observed_by(rejections);
   EXPECT_FALSE(call(own, server));
   expect_open_for(own, server, 3s);
+}
+
+/// No retry, no breaker, a generous rate limit: what a Retry-After does to the rate limit alone.
+http::StandardShieldOptions rate_limited(http::StandardShieldOptions o) {
+  o.retry.max_retries = 0;
+  o.breaker.reset();
+  RateLimitOptions rate;
+  rate.permits = 100;
+  rate.window = 1s;
+  o.rate_limit = rate;
+  return o;
+}
+
+TEST_F(RetryAfterHolds, A429sRetryAfterHoldsTheRateLimit) {
+  TestServer server({answer(429, "3"), answer(200)});
+  const Shield shield = shield_of(rate_limited(options())).observed_by(rejections);
+  EXPECT_FALSE(call(shield, server));
+  EXPECT_EQ(response.result_int(), 429U);
+  expect_open_for(shield, server, 3s, errc::rate_limited);
+}
+
+TEST_F(RetryAfterHolds, OnlyA429OrA503HoldsTheRateLimitAndTheRetrysMaximumDelayCapsIt) {
+  TestServer server({answer(500, "30"), answer(503, "3600"), answer(200)});
+  http::StandardShieldOptions o = rate_limited(options());
+  o.retry.max_delay = 4s;
+  const Shield shield = shield_of(o).observed_by(rejections);
+  EXPECT_FALSE(call(shield, server));
+  EXPECT_EQ(response.result_int(), 500U);
+  EXPECT_FALSE(call(shield, server)) << "a 500's Retry-After holds nothing";
+  EXPECT_EQ(response.result_int(), 503U);
+  expect_open_for(shield, server, 4s, errc::rate_limited);
 }
 
 TEST_F(Exchange, InterimResponsesAreSkipped) {

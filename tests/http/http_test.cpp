@@ -4,11 +4,11 @@
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
-#include <test_options.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <test_options.hpp>
 
 #include <chrono>
 #include <stdexcept>
@@ -65,9 +65,9 @@ TEST(Http, TransientTransportErrors) {
 }
 
 TEST(Http, TheClauseRetriesA503ThenReturnsThe200) {
-  const Shield shield =
-      Shield{}.when(http::transient_failures<beast::http::string_body>()).retry(
-          test::constant_retries(3, 0ms));
+  const Shield shield = Shield{}
+                            .when(http::transient_failures<beast::http::string_body>())
+                            .retry(test::constant_retries(3, 0ms));
   std::vector<unsigned> script{503, 429, 200, 500};
   std::size_t calls = 0;
   const Response r = shield.execute([&] { return response(script[calls++]); });
@@ -76,14 +76,16 @@ TEST(Http, TheClauseRetriesA503ThenReturnsThe200) {
 }
 
 TEST(Http, TheClauseLeavesClientErrorsAloneAndRetriesTransportErrors) {
-  const Shield shield =
-      Shield{}.when(http::transient_failures<beast::http::string_body>()).retry(
-          test::constant_retries(3, 0ms));
+  const Shield shield = Shield{}
+                            .when(http::transient_failures<beast::http::string_body>())
+                            .retry(test::constant_retries(3, 0ms));
   std::size_t calls = 0;
-  EXPECT_EQ(shield.execute([&] {
-              ++calls;
-              return response(404);
-            }).result_int(),
+  EXPECT_EQ(shield
+                .execute([&] {
+                  ++calls;
+                  return response(404);
+                })
+                .result_int(),
             404U);
   EXPECT_EQ(calls, 1U) << "a 404 is an answer, not a failure";
   calls = 0;
@@ -119,9 +121,8 @@ TEST(Http, RetryAfterInSeconds) {
 
 TEST(Http, RetryAfterAsAnHttpDateInTheThreeForms) {
   const auto now = rfc_example() - 90s;
-  for (const char* date :
-       {"Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
-        "Sun Nov  6 08:49:37 1994"}) {
+  for (const char* date : {"Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
+                           "Sun Nov  6 08:49:37 1994"}) {
     EXPECT_EQ(http::parse_retry_after(date, now), Clock::duration(90s)) << date;
   }
   // Sub-second precision of `now` is kept: the wait ends exactly at the date.
@@ -152,15 +153,15 @@ TEST(Http, RetryAfterAsAnHttpDateInTheThreeForms) {
 TEST(Http, MalformedDatesAreIgnored) {
   const auto now = rfc_example();
   for (const char* bad : {
-           "Sun, 06 Nov 1994 08:49:37 UTC",   // GMT only
-           "Sun, 6 Nov 1994 08:49:37 GMT",    // two-digit day
-           "Sun, 06 nov 1994 08:49:37 GMT",   // month names are case-sensitive
-           "Sun, 31 Feb 1994 08:49:37 GMT",   // no such day
-           "Sun, 06 Nov 1994 24:00:00 GMT",   // hour out of range
-           "Sun, 06 Nov 1994 08:60:00 GMT",   // minute out of range
-           "Sun, 06 Nov 1994 08:49:37 GMT x", // trailing text
-           "Sun, 06 Nov 1994 08:49 GMT",      // no seconds
-           "Sun Nov 6 08:49:37 1994",         // asctime pads the day with a space
+           "Sun, 06 Nov 1994 08:49:37 UTC",    // GMT only
+           "Sun, 6 Nov 1994 08:49:37 GMT",     // two-digit day
+           "Sun, 06 nov 1994 08:49:37 GMT",    // month names are case-sensitive
+           "Sun, 31 Feb 1994 08:49:37 GMT",    // no such day
+           "Sun, 06 Nov 1994 24:00:00 GMT",    // hour out of range
+           "Sun, 06 Nov 1994 08:60:00 GMT",    // minute out of range
+           "Sun, 06 Nov 1994 08:49:37 GMT x",  // trailing text
+           "Sun, 06 Nov 1994 08:49 GMT",       // no seconds
+           "Sun Nov 6 08:49:37 1994",          // asctime pads the day with a space
            "Sunday, 06-Nov-1994 08:49:37 GMT",
            "Funday, 06 Nov 1994 08:49:37 GMT",
            "Sun, 06 Nov 1994 08:49:37",
@@ -238,6 +239,9 @@ TEST(Http, BadUrlsAreRefusedWithWhatIsWrong) {
       {"http://[::1/", "without its ']'"},
       {"http://[]/", "a malformed IPv6 address"},
       {"http://[zz::1]/", "a malformed IPv6 address"},
+      {"http://[1::2::3]/", "a malformed IPv6 address"},
+      {"http://[:]/", "a malformed IPv6 address"},
+      {"http://[12345::]/", "a malformed IPv6 address"},
       {"http://[::1]x/", "characters after the IPv6 address"},
       {"http://[::1]:99999/", "the port '99999'"},
   };

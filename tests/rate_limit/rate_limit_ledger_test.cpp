@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -165,6 +166,57 @@ TEST(RateLimitLedger, APermitTakenIsNeverGivenBack) {
   l.consume_head();  // the reservation became a permit: it stays consumed
   EXPECT_EQ(l.snapshot(at(1s)).available, 0u);
   EXPECT_EQ(l.snapshot(at(2s)).available, 1u);
+}
+
+TEST(RateLimitLedger, AHoldAdmitsNothingUntilItEndsThenOnePermit) {
+  RateLimitLedger l(1s, 10, 0);  // 10 per 10 s, a full burst available
+  l.hold_for(at(0s), 3s);
+  const auto r = l.acquire(at(0s));
+  EXPECT_EQ(r.kind, Kind::rejected) << "a full bucket is held too";
+  EXPECT_EQ(r.retry_after, 3s);
+  EXPECT_EQ(l.acquire(at(2999ms)).retry_after, 1ms);
+  EXPECT_EQ(l.snapshot(at(2s)).available, 0U);
+  EXPECT_EQ(l.acquire(at(3s)).kind, Kind::admitted);
+  EXPECT_EQ(l.acquire(at(3s)).kind, Kind::rejected) << "the hold used up the burst";
+  EXPECT_EQ(l.acquire(at(4s)).kind, Kind::admitted) << "then the sustained rate";
+}
+
+TEST(RateLimitLedger, AShorterHoldChangesNothingAndHoldsAreClamped) {
+  RateLimitLedger l(1s, 1, 0);
+  l.hold_for(at(0s), 5s);
+  l.hold_for(at(1s), 1s);  // ends at 2 s, before the first one
+  EXPECT_EQ(l.acquire(at(4s)).retry_after, 1s) << "still held until 5 s";
+  l.hold_for(at(4s), -3s);  // a negative hold is no hold
+  EXPECT_EQ(l.acquire(at(4s)).retry_after, 1s);
+  EXPECT_EQ(l.acquire(at(5s)).kind, Kind::admitted);
+
+  RateLimitLedger far(1s, 1, 0);
+  far.hold_for(at(0s), std::chrono::hours(24 * 365));
+  EXPECT_EQ(far.acquire(at(0s)).retry_after, RateLimitLedger::max_hold) << "clamped";
+  // A clock reading far into the nanosecond range holds just the same.
+  RateLimitLedger top(1s, 5, 0);
+  const TimePoint late{Clock::duration(std::numeric_limits<Clock::duration::rep>::max() / 2)};
+  top.hold_for(late, 10s);
+  EXPECT_EQ(top.acquire(late).retry_after, 10s);
+  EXPECT_EQ(top.acquire(late + 10s).kind, Kind::admitted);
+}
+
+TEST(RateLimitLedger, AHoldMovesTheQueuedReservationsBehindIt) {
+  RateLimitLedger l(1s, 1, 3);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::queued);  // due at 1 s
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::queued);  // due at 2 s
+  EXPECT_EQ(l.head_due(), at(1s));
+  l.hold_for(at(0s), 10s);
+  EXPECT_EQ(l.head_due(), at(10s)) << "the oldest reservation waits for the hold";
+  l.consume_head();
+  EXPECT_EQ(l.head_due(), at(11s)) << "the next one follows it one interval later";
+  const auto r = l.acquire(at(0s));
+  EXPECT_EQ(r.kind, Kind::queued);
+  l.consume_head();
+  EXPECT_EQ(l.head_due(), at(12s));
+  l.hold_for(at(0s), 5s);  // ends before the schedule does
+  EXPECT_EQ(l.head_due(), at(12s));
 }
 
 TEST(RateLimitLedger, RefusesValuesItCannotCount) {

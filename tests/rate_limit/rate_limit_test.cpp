@@ -23,6 +23,7 @@
 #include <new>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -155,6 +156,51 @@ TEST(RateLimitAsync, AnExceptionCompletionCarriesTheRetryAfterInTheError) {
   EXPECT_EQ(values, std::vector<int>{5});
   ASSERT_EQ(retry_afters.size(), 1u);
   EXPECT_EQ(retry_afters[0], std::optional<Clock::duration>(10s));
+}
+
+/// A hold of 2 s after a call returning 429 (a dependency's "come back later").
+RateLimitOptions holding_after_429() {
+  RateLimitOptions o = options(100, 1s, 0);
+  o.hold_from_outcome = [](OutcomeRef outcome) -> std::optional<Clock::duration> {
+    const int* v = outcome.value_if<int>();
+    if (v != nullptr && *v == 429) return 2s;
+    return std::nullopt;
+  };
+  return o;
+}
+
+TEST(RateLimitHold, AnOutcomeAskingForAHoldHoldsEveryShieldSharingTheLimiter) {
+  auto clock = ManualClock::create();
+  auto limiter = RateLimitStrategy::create(holding_after_429());
+  const Shield a = Shield{}.use(limiter).with_clock(clock);
+  const Shield b = Shield{}.use(limiter).with_clock(clock);
+  EXPECT_EQ(a.execute([] { return 200; }), 200) << "other outcomes hold nothing";
+  EXPECT_EQ(a.execute([] { return 429; }), 429) << "the outcome itself is handed back";
+  int ran = 0;
+  const Outcome<int> held = b.execute_outcome([&] { return ++ran; });
+  ASSERT_TRUE(held.has_error());
+  EXPECT_EQ(held.error(), errc::rate_limited);
+  EXPECT_EQ(held.retry_after(), std::optional<Clock::duration>(2s));
+  clock->advance(1999ms);
+  EXPECT_EQ(a.execute_outcome([&] { return ++ran; }).retry_after(),
+            std::optional<Clock::duration>(1ms));
+  EXPECT_EQ(ran, 0) << "nothing ran during the hold";
+  clock->advance(1ms);
+  EXPECT_EQ(b.execute([&] { return ++ran; }), 1);
+}
+
+TEST(RateLimitHold, AThrowingReaderReplacesTheOutcome) {
+  auto clock = ManualClock::create();
+  RateLimitOptions o = options(100, 1s, 0);
+  o.hold_from_outcome = [](OutcomeRef) -> std::optional<Clock::duration> {
+    throw std::runtime_error("unreadable");
+  };
+  const Shield shield = Shield{}.rate_limit(o).with_clock(clock);
+  const Outcome<int> first = shield.execute_outcome([] { return 1; });
+  ASSERT_TRUE(first.has_exception());
+  EXPECT_THROW(std::rethrow_exception(first.exception()), std::runtime_error);
+  EXPECT_TRUE(shield.execute_outcome([] { return 2; }).has_exception())
+      << "the next call was admitted (and its outcome read again)";
 }
 
 TEST(RateLimitSync, ASynchronousExecuteWaitsInTheSameQueue) {

@@ -3,6 +3,7 @@
 #include <kevlar/http.hpp>
 
 #include <boost/asio/error.hpp>
+#include <boost/asio/ip/address_v6.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 
@@ -201,9 +202,6 @@ bool is_alpha(char c) noexcept {
 bool is_digit(char c) noexcept {
   return c >= '0' && c <= '9';
 }
-bool is_hex(char c) noexcept {
-  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
 
 }  // namespace
 
@@ -252,12 +250,9 @@ Url parse_url(std::string_view text) {
     const std::size_t close = authority.find(']');
     if (close == std::string_view::npos) bad_url(text, "an IPv6 address without its ']'");
     const std::string_view v6 = authority.substr(1, close - 1);
-    const bool hex_and_colons = !v6.empty() && std::all_of(v6.begin(), v6.end(), [](char c) {
-      return is_hex(c) || c == ':' || c == '.';
-    });
-    if (!hex_and_colons || v6.find(':') == std::string_view::npos) {
-      bad_url(text, "a malformed IPv6 address");
-    }
+    boost::system::error_code invalid;
+    (void)boost::asio::ip::make_address_v6(v6, invalid);
+    if (v6.empty() || invalid) bad_url(text, "a malformed IPv6 address");
     url.host = std::string(v6);
     const std::string_view after = authority.substr(close + 1);
     if (!after.empty()) {

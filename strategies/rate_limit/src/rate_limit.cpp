@@ -5,6 +5,8 @@
 #include <boost/asio/error.hpp>
 #include <boost/assert.hpp>
 
+#include <algorithm>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -144,6 +146,34 @@ void RateLimitLedger::cancel_reservation() noexcept {
   tat_.store(tat_.load(std::memory_order_relaxed) - interval_, std::memory_order_relaxed);
 }
 
+void RateLimitLedger::hold_for(Clock::time_point now, Clock::duration hold) noexcept {
+  const rep d = hold < Clock::duration::zero() ? 0 : std::min(hold, max_hold).count();
+  // TAT - tau is when the next permit is due; with q reservations queued, the oldest is due q
+  // intervals before that. Saturating below the top of the range by a whole schedule, so that
+  // acquire's TAT + T never overflows (only a clock read far outside any real one gets there).
+  const auto target = [&](std::uint32_t queued) {
+    constexpr rep top = std::numeric_limits<rep>::max() - max_schedule;
+    rep t = 0;
+    if (__builtin_add_overflow(now.time_since_epoch().count(), d, &t) ||
+        __builtin_add_overflow(t, tolerance_ + static_cast<rep>(queued) * interval_, &t) ||
+        t > top) {
+      return top;
+    }
+    return t;
+  };
+  if (queue_limit_ == 0) {
+    const rep t = target(0);
+    rep tat = tat_.load(std::memory_order_relaxed);
+    while (tat < t && !tat_.compare_exchange_weak(tat, t, std::memory_order_relaxed,
+                                                  std::memory_order_relaxed)) {
+    }
+    return;
+  }
+  const std::lock_guard lock(mutex_);
+  const rep t = target(queued_);
+  if (tat_.load(std::memory_order_relaxed) < t) tat_.store(t, std::memory_order_relaxed);
+}
+
 std::uint32_t RateLimitLedger::available(rep tat, rep now) const noexcept {
   if (tat == never) return burst_;
   const rep lead = ahead(tat, now);
@@ -198,6 +228,15 @@ Step RateLimitStrategy::start(Layer& layer, Frame& f) {
   if (d.kind == Kind::rejected) return reject(layer, f, d.retry_after);
   f.phase = Phase::reserved;  // from here on, finish() gives the reservation back
   return take_turn(layer, f);
+}
+
+Step RateLimitStrategy::inner_complete(Layer& layer, Frame& /*f*/) {
+  if (!options_.hold_from_outcome) [[likely]] {
+    return Step::complete;
+  }
+  const std::optional<Clock::duration> hold = options_.hold_from_outcome(layer.outcome());
+  if (hold) ledger_.hold_for(layer.clock().now(), *hold);
+  return Step::complete;
 }
 
 Step RateLimitStrategy::take_turn(Layer& layer, Frame& f) {

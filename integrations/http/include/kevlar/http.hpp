@@ -113,9 +113,9 @@ template <class Body = boost::beast::http::empty_body>
 /// The parts of standard_shield, with Kevlar's defaults (its standard HTTP pipeline): a total
 /// timeout of 30 s, then 3 retries (exponential backoff from 250 ms with jitter, at most 30 s
 /// apart, a response's Retry-After honoured when longer), then a failure-ratio circuit breaker
-/// (0.5 of at least 10 calls in 30 s opens it for 15 s), then an optional concurrency limit, then
-/// a timeout of 10 s per attempt. The retry and the breaker judge outcomes with
-/// transient_failures.
+/// (0.5 of at least 10 calls in 30 s opens it for 15 s), then an optional rate limit, then an
+/// optional concurrency limit, then a timeout of 10 s per attempt. The retry and the breaker judge
+/// outcomes with transient_failures.
 struct StandardShieldOptions {
   /// Budget of the whole call, retries included; nullopt: no total timeout.
   std::optional<Clock::duration> total_timeout = std::chrono::seconds(30);
@@ -143,7 +143,13 @@ struct StandardShieldOptions {
     b.break_duration = std::chrono::seconds(15);
     return b;
   }();
-  /// A concurrency limit between the breaker and the attempt timeout; nullopt (default): none.
+  /// A rate limit between the breaker and the concurrency limit; nullopt (default): none. With
+  /// honour_retry_after, the Retry-After of a 429 or 503 response holds it (see
+  /// RateLimitOptions::hold_from_outcome): it admits no call before then (calls admitted
+  /// earlier go on), and its rejections carry the rest as their retry_after. Capped like the
+  /// retry's.
+  std::optional<RateLimitOptions> rate_limit;
+  /// A concurrency limit between the rate limit and the attempt timeout; nullopt (default): none.
   std::optional<ConcurrencyLimitOptions> concurrency_limit;
   /// Budget of each attempt; nullopt: none.
   std::optional<Clock::duration> attempt_timeout = std::chrono::seconds(10);
@@ -190,6 +196,22 @@ template <class Body, class Fields = boost::beast::http::fields>
       };
     }
     s = s.circuit_breaker(breaker);
+  }
+  if (options.rate_limit) {
+    RateLimitOptions rate = *options.rate_limit;
+    if (options.honour_retry_after && !rate.hold_from_outcome) {
+      const Clock::duration cap = *retry.max_delay;
+      rate.hold_from_outcome = [wall, cap](OutcomeRef o) -> std::optional<Clock::duration> {
+        const Response* r = o.value_if<Response>();
+        if (r == nullptr || (r->result_int() != 429 && r->result_int() != 503)) {
+          return std::nullopt;
+        }
+        const std::optional<Clock::duration> after = retry_after(*r, wall());
+        if (!after) return std::nullopt;
+        return std::min(*after, cap);
+      };
+    }
+    s = s.rate_limit(rate);
   }
   if (options.concurrency_limit) s = s.concurrency_limit(*options.concurrency_limit);
   if (options.attempt_timeout) s = s.timeout(*options.attempt_timeout);

@@ -102,6 +102,18 @@ class RateLimitLedger {
   /// waiting): TAT moves back by T, later reservations become due T earlier.
   void cancel_reservation() noexcept;
 
+  /// The longest hold_for honours: 2^32 - 2 ms (49.7 days), the bound of kevlar's other
+  /// durations.
+  static constexpr Clock::duration max_hold = std::chrono::milliseconds(4294967294LL);
+
+  /// Admits nothing before `now + hold` (a dependency said when to come back): the schedule moves
+  /// so that the next permit, or with a queue the oldest reservation, is due then at the earliest,
+  /// and later reservations follow it T apart. A hold that ends sooner than the schedule already
+  /// does changes nothing. Rejections meanwhile carry the rest of the hold as their retry-after,
+  /// and the first call after it finds one permit, not a whole burst. `hold` is clamped to
+  /// [0, max_hold]. Lock-free without a queue; under the ledger's mutex with one. Never throws.
+  void hold_for(Clock::time_point now, Clock::duration hold) noexcept;
+
   /// Permits available at `now` and calls queued, read coherently (one load without a queue,
   /// under the mutex with one).
   [[nodiscard]] RateLimitState snapshot(Clock::time_point now) const noexcept;
@@ -186,6 +198,13 @@ struct RateLimitOptions {
   /// execution's executor; a synchronous execution runs it to completion on a private io_context.
   /// An exception it throws replaces the rejection.
   std::function<boost::asio::awaitable<void>(RateLimitRejectedEvent)> on_rejected_async;
+  /// Reads the outcome of each call the limiter admitted, when it completes (on that call's
+  /// thread); a returned duration holds the limiter for that long (RateLimitLedger::hold_for):
+  /// no call through it, from any shield sharing it, is admitted before then, and rejections say
+  /// how long is left. For a dependency's "come back later", such as an HTTP Retry-After
+  /// (kevlar::http's standard shield sets it). An exception it throws replaces the call's
+  /// outcome. Null (the default): the limiter never looks at outcomes. Not in Kevlar.
+  std::function<std::optional<Clock::duration>(OutcomeRef)> hold_from_outcome;
 };
 
 namespace detail {
@@ -253,6 +272,8 @@ class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::
   /// Takes a permit and runs the inner part, queues the call, or rejects it with
   /// `errc::rate_limited`.
   Step start(Layer& layer, Frame& f);
+  /// The admitted call completed: hold_from_outcome, if set, reads its outcome.
+  Step inner_complete(Layer& layer, Frame& f);
   /// The turn or the due-time wait ended (or the asynchronous rejection hook did).
   Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
   /// Gives back a reservation (and the turn) the execution still holds: it failed or was
