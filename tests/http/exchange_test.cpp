@@ -15,9 +15,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -45,11 +47,21 @@ using namespace std::chrono_literals;
 /// What the server does with one request.
 struct Reply {
   unsigned status = 200;
-  std::string retry_after;   ///< sent as Retry-After when not empty
-  bool hang = false;         ///< never answer; wait for the client to close
-  bool early_hints = false;  ///< send a 103 interim response first
-  bool close = false;        ///< answer with Connection: close
+  std::string retry_after;      ///< sent as Retry-After when not empty
+  bool hang = false;            ///< never answer; wait for the client to close
+  bool early_hints = false;     ///< send a 103 interim response first
+  bool close = false;           ///< answer with Connection: close
+  std::string raw;              ///< when not empty: send these bytes instead of a response
+  bool raw_then_close = false;  ///< close the connection after `raw` (else wait for the client)
 };
+
+/// Send `bytes` instead of a response; then close the connection, or wait for the client to.
+Reply raw(std::string bytes, bool then_close = false) {
+  Reply r;
+  r.raw = std::move(bytes);
+  r.raw_then_close = then_close;
+  return r;
+}
 
 /// Answer with `status` (and a Retry-After when given).
 Reply answer(unsigned status, std::string retry_after = {}) {
@@ -126,7 +138,13 @@ class TestServer {
       const int index = requests_++;
       const Reply reply =
           script_[std::min<std::size_t>(static_cast<std::size_t>(index), script_.size() - 1)];
-      if (reply.hang) {
+      if (!reply.raw.empty()) {
+        auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(reply.raw),
+                                                    asio::as_tuple(asio::use_awaitable));
+        (void)wn;
+        if (wec || reply.raw_then_close) co_return;  // closing the stream closes the connection
+      }
+      if (reply.hang || !reply.raw.empty()) {
         char byte;
         auto [rec, rn] = co_await stream.async_read_some(asio::buffer(&byte, 1),
                                                          asio::as_tuple(asio::use_awaitable));
@@ -469,6 +487,31 @@ TEST_F(RetryAfterHolds, OnlyA429OrA503HoldsTheRateLimitAndTheRetrysMaximumDelayC
   EXPECT_FALSE(call(shield, server)) << "a 500's Retry-After holds nothing";
   EXPECT_EQ(response.result_int(), 503U);
   expect_open_for(shield, server, 4s, errc::rate_limited);
+}
+
+TEST_F(Exchange, AMalformedResponseFailsTheCallAtOnceAndClosesTheConnection) {
+  TestServer server({raw("HTTP/1.1 two hundred OK\r\n\r\n")});
+  start(shield_of(options()), server);  // three retries, which a parse error does not use
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  ASSERT_TRUE(*ec);
+  EXPECT_EQ(ec->category(), bhttp::make_error_code(bhttp::error::bad_status).category())
+      << ec->message();
+  EXPECT_EQ(attempts->count, 1) << "a malformed answer is no transient failure: not retried";
+  EXPECT_TRUE(retry_delays.empty());
+  EXPECT_FALSE(stream.socket().is_open());
+  ASSERT_TRUE(run_until([&] { return server.closed_while_hanging() == 1; }))
+      << "the server saw its connection closed";
+}
+
+TEST_F(Exchange, ATruncatedResponseIsATransientFailureAndRetried) {
+  TestServer server({raw("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", true), answer(200)});
+  start(shield_of(options()), server);
+  ASSERT_TRUE(run_until([&] { return retry_delays.size() == 1; }));
+  clock->advance(100ms);  // the backoff
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec) << ec->message();
+  EXPECT_EQ(response.result_int(), 200U);
+  EXPECT_EQ(server.connections(), 2) << "the truncated exchange's connection was not reused";
 }
 
 TEST_F(Exchange, InterimResponsesAreSkipped) {
