@@ -169,15 +169,26 @@ template <class Body, class Fields = boost::beast::http::fields>
   RetryOptions retry = options.retry;
   // The cap of a Retry-After, also when the caller replaced the whole RetryOptions.
   if (!retry.max_delay) retry.max_delay = std::chrono::seconds(30);
-  const std::function<std::chrono::system_clock::time_point()> wall =
+  std::function<std::chrono::system_clock::time_point()> wall =
       options.wall_clock ? options.wall_clock : [] { return std::chrono::system_clock::now(); };
+  // The one Retry-After reader of the three rules: an outcome's response, if it has a valid
+  // Retry-After, and that response's status.
+  struct Asked {
+    Clock::duration after;
+    unsigned status;
+  };
+  const auto asked = [wall = std::move(wall)](OutcomeRef o) -> std::optional<Asked> {
+    const Response* r = o.value_if<Response>();
+    if (r == nullptr) return std::nullopt;  // an error or an exception
+    const std::optional<Clock::duration> after = retry_after(*r, wall());
+    if (!after) return std::nullopt;
+    return Asked{*after, r->result_int()};
+  };
   if (options.honour_retry_after && !retry.delay_generator) {
-    retry.delay_generator = [wall](const RetryEvent& e) -> std::optional<Clock::duration> {
-      const Response* r = e.outcome.value_if<Response>();
-      if (r == nullptr) return std::nullopt;
-      const std::optional<Clock::duration> after = retry_after(*r, wall());
-      if (!after || *after <= e.delay) return std::nullopt;  // the backoff is longer: keep it
-      return *after;                                         // capped by max_delay by the retry
+    retry.delay_generator = [asked](const RetryEvent& e) -> std::optional<Clock::duration> {
+      const std::optional<Asked> a = asked(e.outcome);
+      if (!a || a->after <= e.delay) return std::nullopt;  // the backoff is longer: keep it
+      return a->after;                                     // capped by max_delay by the retry
     };
   }
   s = s.retry(retry);
@@ -187,12 +198,9 @@ template <class Body, class Fields = boost::beast::http::fields>
       const Clock::duration base = breaker.break_duration;
       const Clock::duration cap =
           std::min(std::max(base, *retry.max_delay), CircuitBreakerOptions::max_duration);
-      breaker.break_duration_generator = [wall, base, cap](const BreakEvent& e) {
-        const Response* r = e.outcome != nullptr ? e.outcome->value_if<Response>() : nullptr;
-        if (r == nullptr) return base;  // an error or an exception opened it
-        const std::optional<Clock::duration> after = retry_after(*r, wall());
-        if (!after || *after <= base) return base;
-        return std::min(*after, cap);
+      breaker.break_duration_generator = [asked, base, cap](const BreakEvent& e) {
+        const std::optional<Asked> a = e.outcome != nullptr ? asked(*e.outcome) : std::nullopt;
+        return a && a->after > base ? std::min(a->after, cap) : base;
       };
     }
     s = s.circuit_breaker(breaker);
@@ -201,14 +209,10 @@ template <class Body, class Fields = boost::beast::http::fields>
     RateLimitOptions rate = *options.rate_limit;
     if (options.honour_retry_after && !rate.hold_from_outcome) {
       const Clock::duration cap = *retry.max_delay;
-      rate.hold_from_outcome = [wall, cap](OutcomeRef o) -> std::optional<Clock::duration> {
-        const Response* r = o.value_if<Response>();
-        if (r == nullptr || (r->result_int() != 429 && r->result_int() != 503)) {
-          return std::nullopt;
-        }
-        const std::optional<Clock::duration> after = retry_after(*r, wall());
-        if (!after) return std::nullopt;
-        return std::min(*after, cap);
+      rate.hold_from_outcome = [asked, cap](OutcomeRef o) -> std::optional<Clock::duration> {
+        const std::optional<Asked> a = asked(o);
+        if (!a || (a->status != 429 && a->status != 503)) return std::nullopt;
+        return std::min(a->after, cap);
       };
     }
     s = s.rate_limit(rate);
