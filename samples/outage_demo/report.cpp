@@ -129,9 +129,8 @@ void LiveTable::update(double elapsed, const std::array<Stats, client_count>& la
   // Percentages and latencies of a second without completed calls are shown as "-".
   const auto cells = [](const Stats& s) {
     if (s.calls == 0) return std::array<std::string, 3>{"-", "-", "-"};
-    return std::array<std::string, 3>{
-        format("%.1f", 100.0 * static_cast<double>(s.ok) / static_cast<double>(s.calls)),
-        format("%.1f", s.p50 * ms), format("%.1f", s.p99 * ms)};
+    return std::array<std::string, 3>{format("%.1f", s.success_rate()), format("%.1f", s.p50 * ms),
+                                      format("%.1f", s.p99 * ms)};
   };
   const auto u = cells(last[0]);
   const auto p = cells(last[1]);
@@ -203,9 +202,6 @@ std::optional<double> time_to_recover(std::span<const CallRecord> calls, const S
 std::string summary_text(const DemoOptions& options, const RunResult& run) {
   const Stats u = stats_of(run.calls[0]);
   const Stats p = stats_of(run.calls[1]);
-  const auto rate = [](const Stats& s) {
-    return s.calls == 0 ? 0.0 : 100.0 * static_cast<double>(s.ok) / static_cast<double>(s.calls);
-  };
   const auto reached = [&](std::size_t c) {
     std::uint64_t n = 0;
     for (const std::uint64_t r : run.reached[c]) n += r;
@@ -227,7 +223,7 @@ std::string summary_text(const DemoOptions& options, const RunResult& run) {
   s += format("%-40s %12s %12s\n", "", "unprotected", "protected");
   s += format("%-40s %12zu %12zu\n", "calls", u.calls, p.calls);
   s += format("%-40s %12zu %12zu\n", "succeeded", u.ok, p.ok);
-  s += format("%-40s %12.1f %12.1f\n", "success rate (%)", rate(u), rate(p));
+  s += format("%-40s %12.1f %12.1f\n", "success rate (%)", u.success_rate(), p.success_rate());
   const auto in_time = [](std::span<const CallRecord> calls) {
     const double deadline = std::chrono::duration<double>(caller_deadline).count();
     const auto n = std::count_if(calls.begin(), calls.end(), [&](const CallRecord& r) {
@@ -297,8 +293,7 @@ std::filesystem::path write_chart(const std::filesystem::path& folder, const Dem
         if (s.calls == 0) {
           csv << ",?,?,?";
         } else {
-          csv << format(",%.3f,%.3f,%.1f", s.p50 * ms, s.p99 * ms,
-                        100.0 * static_cast<double>(s.ok) / static_cast<double>(s.calls));
+          csv << format(",%.3f,%.3f,%.1f", s.p50 * ms, s.p99 * ms, s.success_rate());
         }
       }
       csv << '\n';

@@ -23,6 +23,11 @@ struct Stats {
   std::size_t calls = 0;  ///< calls counted
   std::size_t ok = 0;     ///< of which answered with 200
   double p50 = 0, p90 = 0, p99 = 0, max = 0;
+
+  /// ok / calls in percent; 0 without calls.
+  [[nodiscard]] double success_rate() const noexcept {
+    return calls == 0 ? 0.0 : 100.0 * static_cast<double>(ok) / static_cast<double>(calls);
+  }
 };
 /// Nearest-rank percentiles over every call of `calls`, successful or not.
 [[nodiscard]] Stats stats_of(std::span<const CallRecord> calls);
