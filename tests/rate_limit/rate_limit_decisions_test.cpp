@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -166,6 +167,39 @@ TEST_F(RateDecisions, QueuedCallsRunInOrderAtTheirDueTimesAndTheOverflowCarriesT
   b.succeed(0, 2);
   c.succeed(0, 3);
   EXPECT_EQ(c.outcome().value(), 3);
+}
+
+TEST_F(RateDecisions, AHoldFromAnOutcomeKeepsTheWaitingHeadWaitingUntilItEnds) {
+  RateLimitOptions o;
+  o.permits = 1;
+  o.window = 1s;
+  o.queue_limit = 2;
+  o.hold_from_outcome = [](OutcomeRef outcome) -> std::optional<Clock::duration> {
+    const int* v = outcome.value_if<int>();
+    if (v != nullptr && *v == 429) return 5s;
+    return std::nullopt;
+  };
+  make(std::move(o));
+  StrategyDriver<int>& a = call();
+  StrategyDriver<int>& b = call();
+  StrategyDriver<int>& c = call();
+  ASSERT_TRUE(started(a));
+  EXPECT_EQ(b.timers(), std::vector<Clock::duration>{1s}) << "B is due at 1 s";
+  a.succeed(0, 429);  // the dependency says: come back in 5 s
+  run_all();
+  advance(1s);  // B's wait ends at its old due time, and it waits on for the hold
+  EXPECT_EQ(b.attempts(), 0u);
+  EXPECT_EQ(b.timers(), std::vector<Clock::duration>{4s});
+  advance(3999ms);
+  EXPECT_EQ(b.attempts(), 0u);
+  advance(1ms);
+  EXPECT_TRUE(started(b)) << "B runs when the hold ends";
+  EXPECT_EQ(c.timers(), std::vector<Clock::duration>{1s}) << "C follows one interval later";
+  advance(1s);
+  EXPECT_TRUE(started(c));
+  b.succeed(0, 1);
+  c.succeed(0, 2);
+  EXPECT_EQ(c.outcome().value(), 2);
 }
 
 TEST_F(RateDecisions, TwelveCallersWithBurstTwoAndQueueThreeAdmitTwoQueueThreeRejectSeven) {
