@@ -12,6 +12,7 @@
 #include "handoff_pair.hpp"
 #include "second_thread.hpp"
 
+#include <kevlar/chaos.hpp>
 #include <kevlar/kevlar.hpp>
 #include <kevlar/metrics.hpp>
 #include <kevlar/spdlog.hpp>
@@ -160,6 +161,12 @@ kevlar::Shield make(const char* name) {
   }
   if (std::strcmp(name, "concurrency_limit") == 0) return empty.concurrency_limit(1024);
   if (std::strcmp(name, "fallback") == 0) return empty.fallback(0);
+  // Chaos built in and switched off (the production shape): compare with pass_through.
+  if (std::strcmp(name, "chaos_disabled") == 0) {
+    kevlar::ChaosFaultOptions fault;
+    fault.chaos.enabled = false;
+    return empty.use(std::make_shared<kevlar::ChaosFaultStrategy>(fault));
+  }
   // A rate that never rejects here: one permit per nanosecond, a burst of 2^31-1.
   kevlar::RateLimitOptions rate;
   rate.permits = static_cast<int>(kevlar::RateLimitLedger::max_count);

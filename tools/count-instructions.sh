@@ -29,6 +29,7 @@ command -v valgrind > /dev/null || { echo "valgrind is needed (apt-get install v
 modes=(
   "empty 100000" "pass_through 100000" "retry 100000" "timeout 100000" "circuit_breaker 100000"
   "concurrency_limit 100000" "fallback 100000" "rate_limit 100000" "clock_cas_control 100000"
+  "chaos_disabled 100000"
   "timeout_retry_breaker 100000"
   "five_strategies 100000"
   "async_empty 20000" "async_pass_through 20000" "async_retry 20000" "async_timeout 20000"
