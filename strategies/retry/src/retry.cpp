@@ -6,6 +6,7 @@
 
 #include <boost/asio/error.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -59,34 +60,71 @@ bool caller_cancelled(const Layer& layer) noexcept {
 
 // ---- Backoff ------------------------------------------------------------------------------------
 
-Backoff Backoff::constant(Clock::duration delay) {
+const char* to_string(Jitter jitter) noexcept {
+  switch (jitter) {
+    case Jitter::none:
+      return "none";
+    case Jitter::proportional:
+      return "proportional";
+    case Jitter::equal:
+      return "equal";
+    case Jitter::full:
+      return "full";
+    case Jitter::decorrelated:
+      return "decorrelated";
+  }
+  return "unknown";
+}
+
+namespace {
+
+void check_jitter(const char* where, Jitter jitter) {
+  if (static_cast<unsigned>(jitter) > static_cast<unsigned>(Jitter::decorrelated)) {
+    throw std::invalid_argument(std::string("kevlar::") + where + ": unknown jitter (" +
+                                std::to_string(static_cast<unsigned>(jitter)) + ")");
+  }
+}
+
+/// `d` (as a count of Clock ticks) as a duration no longer than `cap`: NaN and negatives are 0.
+Clock::duration clamp_ticks(double v, Clock::duration cap) noexcept {
+  if (std::isnan(v) || v <= 0.0) return Clock::duration::zero();
+  if (v >= static_cast<double>(cap.count())) return cap;
+  return Clock::duration(static_cast<Clock::duration::rep>(v));
+}
+
+}  // namespace
+
+Backoff Backoff::constant(Clock::duration delay, Jitter jitter) {
   check_delay("Backoff::constant", "delay", delay);
+  check_jitter("Backoff::constant", jitter);
   Backoff b;
   b.kind_ = Kind::constant;
   b.base_ = delay;
   b.factor_ = 1.0;
   b.max_delay_.reset();
-  b.jitter_ = false;
+  b.jitter_ = jitter;
   return b;
 }
 
-Backoff Backoff::linear(Clock::duration step, std::optional<Clock::duration> max_delay) {
+Backoff Backoff::linear(Clock::duration step, std::optional<Clock::duration> max_delay,
+                        Jitter jitter) {
   if (step < Clock::duration::zero()) {
     throw std::invalid_argument("kevlar::Backoff::linear: step must not be negative (got " +
                                 detail::format_duration(step) + ")");
   }
   if (max_delay) check_delay("Backoff::linear", "max_delay", *max_delay);
+  check_jitter("Backoff::linear", jitter);
   Backoff b;
   b.kind_ = Kind::linear;
   b.base_ = step;
   b.factor_ = 1.0;
   b.max_delay_ = max_delay;
-  b.jitter_ = false;
+  b.jitter_ = jitter;
   return b;
 }
 
 Backoff Backoff::exponential(Clock::duration initial, double factor,
-                             std::optional<Clock::duration> max_delay, bool jitter) {
+                             std::optional<Clock::duration> max_delay, Jitter jitter) {
   if (initial < Clock::duration::zero()) {
     throw std::invalid_argument("kevlar::Backoff::exponential: initial must not be negative (got " +
                                 detail::format_duration(initial) + ")");
@@ -96,6 +134,7 @@ Backoff Backoff::exponential(Clock::duration initial, double factor,
         "kevlar::Backoff::exponential: factor must be finite and at least 1");
   }
   if (max_delay) check_delay("Backoff::exponential", "max_delay", *max_delay);
+  check_jitter("Backoff::exponential", jitter);
   Backoff b;
   b.kind_ = Kind::exponential;
   b.base_ = initial;
@@ -112,7 +151,7 @@ Backoff Backoff::custom(Function fn) {
   b.base_ = Clock::duration::zero();
   b.factor_ = 1.0;
   b.max_delay_.reset();
-  b.jitter_ = false;
+  b.jitter_ = Jitter::none;
   b.custom_ = std::move(fn);
   return b;
 }
@@ -123,69 +162,114 @@ Backoff Backoff::with_random(RandomSource random) const {
   return b;
 }
 
-Clock::duration Backoff::delay(int attempt) const {
+namespace {
+
+void check_attempt(int attempt) {
   if (attempt < 1) {
     throw std::invalid_argument("kevlar::Backoff::delay: attempt must be at least 1 (got " +
                                 std::to_string(attempt) + ")");
   }
-  double u = 0.0;
-  if (kind_ == Kind::exponential && jitter_) u = random_ ? random_() : thread_random();
-  return delay(attempt, u);
 }
 
-Clock::duration Backoff::delay(int attempt, double u) const {
-  if (attempt < 1) {
-    throw std::invalid_argument("kevlar::Backoff::delay: attempt must be at least 1 (got " +
-                                std::to_string(attempt) + ")");
+}  // namespace
+
+Clock::duration Backoff::delay(int attempt) const {
+  check_attempt(attempt);
+  if (kind_ != Kind::custom && jitter_ == Jitter::decorrelated) {
+    // No execution to remember the previous delay: replay the draws from the base.
+    Clock::duration previous = Clock::duration::zero();
+    for (int n = 1; n <= attempt; ++n) previous = delay(n, previous);
+    return previous;
   }
-  const Clock::duration cap = max_delay_ ? *max_delay_ : implicit_cap;
+  return delay(attempt, Clock::duration::zero());
+}
+
+Clock::duration Backoff::delay(int attempt, Clock::duration previous) const {
+  check_attempt(attempt);
+  double u = 0.0;
+  if (kind_ != Kind::custom && jitter_ != Jitter::none) u = random_ ? random_() : thread_random();
+  return delay(attempt, u, previous);
+}
+
+Clock::duration Backoff::delay(int attempt, double u, Clock::duration previous) const {
+  check_attempt(attempt);
+  if (kind_ == Kind::custom) {
+    const Clock::duration d = custom_(attempt);
+    if (d < Clock::duration::zero()) return Clock::duration::zero();
+    return d > max_delay_limit ? max_delay_limit : d;
+  }
+  const Clock::duration cap =
+      max_delay_ ? *max_delay_ : (kind_ == Kind::constant ? max_delay_limit : implicit_cap);
+  if (!(u >= 0.0)) u = 0.0;  // also NaN
+  if (u >= 1.0) u = std::nextafter(1.0, 0.0);
+  if (jitter_ == Jitter::decorrelated) {
+    const double lower = static_cast<double>(base_.count());
+    const double prev =
+        previous > Clock::duration::zero() ? static_cast<double>(previous.count()) : lower;
+    const double upper = std::max(lower, prev * 3.0);
+    return clamp_ticks(lower + u * (upper - lower), cap);
+  }
+  double v = 0.0;
   switch (kind_) {
     case Kind::constant:
-      return base_;
-    case Kind::linear: {
-      // step * attempt without overflowing: anything beyond the cap is the cap.
-      if (base_.count() > cap.count() / attempt) return cap;
-      return base_ * attempt;
-    }
-    case Kind::exponential: {
+      v = static_cast<double>(base_.count());
+      break;
+    case Kind::linear:
+      // In doubles, step * attempt cannot overflow, and below the cap (at most 2^32 - 2 ms, under
+      // 2^53 ns) it is exact.
+      v = static_cast<double>(base_.count()) * attempt;
+      break;
+    case Kind::exponential:
       if (base_ == Clock::duration::zero()) return base_;
-      double v = static_cast<double>(base_.count()) * std::pow(factor_, attempt - 1);
-      if (jitter_) {
-        if (!(u >= 0.0)) u = 0.0;  // also NaN
-        if (u >= 1.0) u = std::nextafter(1.0, 0.0);
-        const double top = v * 1.5;
-        v *= 0.5 + u;
-        // Rounding may reach the excluded upper bound: stay strictly below it.
-        if (v >= top) v = std::nextafter(top, 0.0);
-      }
-      if (std::isnan(v) || v <= 0.0) return Clock::duration::zero();
-      if (v >= static_cast<double>(cap.count())) return cap;
-      return Clock::duration(static_cast<Clock::duration::rep>(v));
-    }
-    case Kind::custom: {
-      const Clock::duration d = custom_(attempt);
-      if (d < Clock::duration::zero()) return Clock::duration::zero();
-      return d > max_delay_limit ? max_delay_limit : d;
-    }
+      v = static_cast<double>(base_.count()) * std::pow(factor_, attempt - 1);
+      break;
+    case Kind::custom:
+      break;
   }
-  return Clock::duration::zero();
+  switch (jitter_) {
+    case Jitter::none:
+    case Jitter::decorrelated:
+      break;
+    case Jitter::proportional: {
+      const double top = v * 1.5;
+      v *= 0.5 + u;
+      // Rounding may reach the excluded upper bound: stay strictly below it.
+      if (v >= top) v = std::nextafter(top, 0.0);
+      break;
+    }
+    case Jitter::equal: {
+      const double top = v;
+      v = v * 0.5 + u * v * 0.5;
+      if (v >= top && top > 0.0) v = std::nextafter(top, 0.0);
+      break;
+    }
+    case Jitter::full:
+      v *= u;
+      break;
+  }
+  return clamp_ticks(v, cap);
 }
 
 std::string Backoff::describe() const {
   std::string out;
   switch (kind_) {
     case Kind::constant:
-      return base_ == Clock::duration::zero() ? "no delay"
-                                              : "constant " + detail::format_duration(base_);
+      if (base_ == Clock::duration::zero() && jitter_ != Jitter::decorrelated) return "no delay";
+      out = "constant " + detail::format_duration(base_);
+      break;
     case Kind::linear:
       out = "linear " + detail::format_duration(base_) + " steps";
       break;
     case Kind::exponential:
       out = "exponential " + detail::format_duration(base_) + " x" + format_factor(factor_);
-      if (jitter_) out += " +jitter";
       break;
     case Kind::custom:
       return "custom backoff";
+  }
+  if (jitter_ == Jitter::proportional) {
+    out += " +jitter";
+  } else if (jitter_ != Jitter::none) {
+    out += std::string(" +") + to_string(jitter_) + " jitter";
   }
   if (max_delay_) out += " <=" + detail::format_duration(*max_delay_);
   return out;
@@ -210,6 +294,10 @@ Clock::duration RetryStrategy::planned_delay(int attempt) const {
   return cap(options_.backoff.delay(attempt));
 }
 
+Clock::duration RetryStrategy::planned_delay(int attempt, Clock::duration previous) const {
+  return cap(options_.backoff.delay(attempt, previous));
+}
+
 std::string RetryStrategy::describe() const {
   std::string out = options_.max_retries == retry_forever
                         ? std::string("RetryForever(")
@@ -226,23 +314,23 @@ StrategyTraits RetryStrategy::strategy_traits() const noexcept {
   return t;
 }
 
-Step RetryStrategy::start(Layer& layer, int& used) {
+Step RetryStrategy::start(Layer& layer, Frame& f) {
   (void)layer;
-  (void)used;  // value-initialised: no retry used yet
+  (void)f;  // value-initialised: no retry used yet
   return Step::run_inner;
 }
 
-Step RetryStrategy::inner_complete(Layer& layer, int& used) {
-  if (used >= options_.max_retries || !layer.handled()) {
+Step RetryStrategy::inner_complete(Layer& layer, Frame& f) {
+  if (f.used >= options_.max_retries || !layer.handled()) {
     return Step::complete;  // the outcome (the last failure, or a success) surfaces unchanged
   }
-  return retry(layer, used);
+  return retry(layer, f);
 }
 
-Step RetryStrategy::retry(Layer& layer, int& used) {
+Step RetryStrategy::retry(Layer& layer, Frame& f) {
   if (caller_cancelled(layer)) return Step::complete;  // the original failure surfaces
-  const int attempt = ++used;
-  Clock::duration delay = planned_delay(attempt);
+  const int attempt = ++f.used;
+  Clock::duration delay = planned_delay(attempt, f.previous);
   if (options_.delay_generator) {
     const std::optional<Clock::duration> generated =
         options_.delay_generator(RetryEvent{attempt, delay, layer.outcome(), layer.context()});
@@ -258,12 +346,13 @@ Step RetryStrategy::retry(Layer& layer, int& used) {
     layer.outcome().set_error(boost::asio::error::operation_aborted);
     return Step::complete;
   }
+  f.previous = delay;
   if (delay > Clock::duration::zero()) return layer.wait_for(delay);
   return Step::run_inner;
 }
 
-Step RetryStrategy::wait_complete(Layer& layer, int& used, const boost::system::error_code& ec) {
-  (void)used;
+Step RetryStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
+  (void)f;
   if (ec) {
     layer.outcome().set_error(ec);
     return Step::complete;

@@ -21,23 +21,42 @@ namespace kevlar {
 /// (describe() prints `RetryForever(...)`).
 inline constexpr int retry_forever = std::numeric_limits<int>::max();
 
+/// How a built-in backoff (constant, linear, exponential) randomises its delays, so that clients
+/// that failed together do not retry together. `d` is the curve's delay for the retry and `u` a
+/// uniform sample in [0, 1).
+enum class Jitter : unsigned char {
+  none,          ///< `d` as it is
+  proportional,  ///< `d * (0.5 + u)`: in [d/2, 3d/2) (Kevlar's `Jitter.Equal`; kevlar's default)
+  equal,         ///< `d/2 + u * d/2`: in [d/2, d) (AWS's "equal jitter")
+  full,          ///< `u * d`: in [0, d) (AWS's "full jitter")
+  /// `base + u * (max(base, 3 * previous) - base)`, where `base` is the constant delay, the linear
+  /// step or the exponential initial delay, and `previous` the delay waited before the previous
+  /// retry of the same execution (`base` before the first): AWS's "decorrelated jitter", the
+  /// curve's shape no longer matters.
+  decorrelated,
+};
+
+/// `none`, `proportional`, `equal`, `full` or `decorrelated`.
+[[nodiscard]] const char* to_string(Jitter jitter) noexcept;
+
 /// The delays between attempts: a small value type with a pure, sans-I/O `delay(attempt)`.
 ///
 /// Kinds (`attempt` is the 1-based retry number: 1 is the wait before the second call):
-/// - none(): no delay; constant(d): always `d`;
-/// - linear(step, max_delay): `step * attempt`, no jitter;
-/// - exponential(initial, factor, max_delay, jitter): `initial * factor^(attempt - 1)`, multiplied
-///   when `jitter` is on by a uniform random factor in [0.5, 1.5);
+/// - none(): no delay; constant(d, jitter): `d`;
+/// - linear(step, max_delay, jitter): `step * attempt`;
+/// - exponential(initial, factor, max_delay, jitter): `initial * factor^(attempt - 1)`;
 /// - custom(fn): whatever `fn(attempt)` returns (negative values become 0).
-/// Linear and exponential backoffs without `max_delay` stop growing at one day (implicit_cap).
+/// The built-in kinds apply their Jitter to that delay, then the cap: `max_delay` if given, else
+/// one day (implicit_cap) for linear and exponential and max_delay_limit for constant.
 /// The arithmetic never overflows: a delay that would exceed its cap is the cap, a NaN is 0, and a
 /// zero initial delay stays zero whatever the power.
 ///
-/// A default-constructed Backoff is Kevlar's default: exponential from 250 ms, factor 2, jitter
-/// on, at most 30 s.
+/// A default-constructed Backoff is Kevlar's default: exponential from 250 ms, factor 2,
+/// proportional jitter, at most 30 s.
 ///
 /// Randomness: jitter draws from a per-thread generator (no lock, no allocation), or from the
-/// source given to with_random() — tests inject a fixed one to make jitter deterministic.
+/// source given to with_random() — tests inject a fixed one to make jitter deterministic. A backoff
+/// without jitter draws nothing.
 ///
 /// Thread-safety: immutable once built; delay() may be called from any number of threads (a
 /// random source given to with_random() must then be thread-safe too).
@@ -61,18 +80,26 @@ class Backoff {
 
   /// No delay between attempts (describe(): `no delay`).
   [[nodiscard]] static Backoff none() { return constant(Clock::duration::zero()); }
-  /// Always `delay`. Throws std::invalid_argument unless 0 <= delay <= max_delay_limit.
-  [[nodiscard]] static Backoff constant(Clock::duration delay);
-  /// `step * attempt`, capped at `max_delay` (or implicit_cap). Throws std::invalid_argument for a
-  /// negative step or a max_delay outside [0, max_delay_limit].
+  /// Always `delay`, jittered. Throws std::invalid_argument unless 0 <= delay <=
+  /// max_delay_limit.
+  [[nodiscard]] static Backoff constant(Clock::duration delay, Jitter jitter = Jitter::none);
+  /// `step * attempt`, jittered, capped at `max_delay` (or implicit_cap). Throws
+  /// std::invalid_argument for a negative step or a max_delay outside [0, max_delay_limit].
   [[nodiscard]] static Backoff linear(Clock::duration step,
-                                      std::optional<Clock::duration> max_delay = std::nullopt);
-  /// `initial * factor^(attempt - 1)`, jittered in [0.5, 1.5) when `jitter`, capped at
-  /// `max_delay` (or implicit_cap). Throws std::invalid_argument for a negative initial delay, a
-  /// factor that is not finite or below 1, or a max_delay outside [0, max_delay_limit].
+                                      std::optional<Clock::duration> max_delay = std::nullopt,
+                                      Jitter jitter = Jitter::none);
+  /// `initial * factor^(attempt - 1)`, jittered, capped at `max_delay` (or implicit_cap). Throws
+  /// std::invalid_argument for a negative initial delay, a factor that is not finite or below 1,
+  /// or a max_delay outside [0, max_delay_limit].
+  [[nodiscard]] static Backoff exponential(Clock::duration initial, double factor,
+                                           std::optional<Clock::duration> max_delay,
+                                           Jitter jitter);
+  /// The same with `jitter` true for Jitter::proportional (the default), false for none.
   [[nodiscard]] static Backoff exponential(Clock::duration initial, double factor = 2.0,
                                            std::optional<Clock::duration> max_delay = std::nullopt,
-                                           bool jitter = true);
+                                           bool jitter = true) {
+    return exponential(initial, factor, max_delay, jitter ? Jitter::proportional : Jitter::none);
+  }
   /// `fn(attempt)`; negative results become 0 and results above max_delay_limit become the limit.
   /// Throws std::invalid_argument for an empty function.
   [[nodiscard]] static Backoff custom(Function fn);
@@ -82,15 +109,20 @@ class Backoff {
   [[nodiscard]] Backoff with_random(RandomSource random) const;
 
   /// The delay before retry number `attempt` (1-based), drawing the jitter sample from the random
-  /// source. Throws std::invalid_argument for `attempt < 1`. A custom function's exception
-  /// propagates.
+  /// source. For decorrelated jitter, `previous` is the delay waited before the previous retry
+  /// (zero or negative: none yet, the base is used). Without it (the first overload) a
+  /// decorrelated delay is drawn `attempt` times from the base, as an execution would have.
+  /// Throws std::invalid_argument for `attempt < 1`. A custom function's exception propagates.
   [[nodiscard]] Clock::duration delay(int attempt) const;
-  /// The same with an explicit jitter sample `u` in [0, 1) (the jitter factor is 0.5 + u):
-  /// a pure function of its arguments.
-  [[nodiscard]] Clock::duration delay(int attempt, double u) const;
+  [[nodiscard]] Clock::duration delay(int attempt, Clock::duration previous) const;
+  /// The same with an explicit jitter sample `u` in [0, 1) (see Jitter; out-of-range samples and
+  /// NaN are clamped into it): a pure function of its arguments.
+  [[nodiscard]] Clock::duration delay(int attempt, double u,
+                                      Clock::duration previous = Clock::duration::zero()) const;
 
   /// E.g. `exponential 250ms x2 +jitter <=30s`, `constant 1s`, `no delay`,
-  /// `linear 500ms steps`, `custom backoff`.
+  /// `linear 500ms steps +full jitter`, `exponential 1s x2 +decorrelated jitter`, `custom backoff`.
+  /// Proportional jitter prints `+jitter`, the others `+<kind> jitter`.
   [[nodiscard]] std::string describe() const;
 
   /// The shape of the sequence (none() is a constant zero).
@@ -99,8 +131,10 @@ class Backoff {
   [[nodiscard]] Clock::duration base() const noexcept { return base_; }
   /// The exponential factor (1 for the other kinds).
   [[nodiscard]] double factor() const noexcept { return factor_; }
-  /// True if delays are jittered (exponential only).
-  [[nodiscard]] bool jitter() const noexcept { return jitter_; }
+  /// True if delays are jittered.
+  [[nodiscard]] bool jitter() const noexcept { return jitter_ != Jitter::none; }
+  /// How delays are jittered.
+  [[nodiscard]] Jitter jitter_kind() const noexcept { return jitter_; }
   /// The explicit cap given to linear() or exponential(), if any.
   [[nodiscard]] const std::optional<Clock::duration>& max_delay() const noexcept {
     return max_delay_;
@@ -111,7 +145,7 @@ class Backoff {
   Clock::duration base_ = std::chrono::milliseconds(250);
   double factor_ = 2.0;
   std::optional<Clock::duration> max_delay_ = std::chrono::seconds(30);
-  bool jitter_ = true;
+  Jitter jitter_ = Jitter::proportional;
   Function custom_;
   RandomSource random_;
 };
@@ -160,6 +194,14 @@ struct RetryOptions {
   std::function<void(const RetryEvent&)> on_retry;
 };
 
+namespace detail {
+/// A retry's per-execution state.
+struct RetryFrame {
+  int used = 0;                    ///< retries used by the execution
+  Clock::duration previous{};      ///< the delay waited before the last retry (decorrelated jitter)
+};
+}  // namespace detail
+
 /// Re-runs the inner part of the pipeline while the clause in force where it was added handles the
 /// outcome, up to RetryOptions::max_retries times, waiting the backoff's delay in between (the
 /// thread sleeps on the shield's clock in Shield::execute; an asynchronous execution arms a clock
@@ -176,7 +218,7 @@ struct RetryOptions {
 ///
 /// Completion: through the pipeline; adds no hop. Thread-safety: stateless; one instance serves
 /// any number of concurrent executions (the retry count lives in the execution's frame).
-class RetryStrategy final : public BasicStrategy<RetryStrategy, int> {
+class RetryStrategy final : public BasicStrategy<RetryStrategy, detail::RetryFrame> {
  public:
   /// Validates `options`: std::invalid_argument naming the option for a negative max_retries or a
   /// max_delay outside [0, Backoff::max_delay_limit].
@@ -186,26 +228,28 @@ class RetryStrategy final : public BasicStrategy<RetryStrategy, int> {
   [[nodiscard]] const RetryOptions& options() const noexcept { return options_; }
 
   /// The delay before retry number `attempt` before hooks: the backoff's delay capped by
-  /// max_delay (sans-I/O; draws jitter from the backoff's random source).
+  /// max_delay (sans-I/O; draws jitter from the backoff's random source; `previous` as
+  /// Backoff::delay's).
   [[nodiscard]] Clock::duration planned_delay(int attempt) const;
+  [[nodiscard]] Clock::duration planned_delay(int attempt, Clock::duration previous) const;
 
   /// `Retry(3, exponential 250ms x2 +jitter <=30s)`, `Retry(2, constant 1s, <=10s)`,
   /// `RetryForever(no delay)`.
   [[nodiscard]] std::string describe() const override;
-  // BasicStrategy's callbacks; the frame is the retries used by the execution (0 to start with).
+  // BasicStrategy's callbacks; the frame counts the retries the execution used.
   /// Reactive, stateless.
   [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
   /// Runs the inner part.
-  Step start(Layer& layer, int& used);
+  Step start(Layer& layer, Frame& f);
   /// Decides on the completed call: complete, run again, or wait (see the class comment).
-  Step inner_complete(Layer& layer, int& used);
+  Step inner_complete(Layer& layer, Frame& f);
   /// After the backoff: run again, or complete with the wait's error (`operation_aborted`).
-  Step wait_complete(Layer& layer, int& used, const boost::system::error_code& ec);
+  Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
 
  private:
   [[nodiscard]] Clock::duration cap(Clock::duration d) const noexcept;
   /// The handled-failure path of on_inner_complete, out of line to keep the success path short.
-  [[gnu::noinline]] Step retry(Layer& layer, int& used);
+  [[gnu::noinline]] Step retry(Layer& layer, Frame& f);
 
   RetryOptions options_;
 };
