@@ -85,6 +85,15 @@ void CircuitBreakerOptions::validate() const {
     throw std::invalid_argument(
         "kevlar::CircuitBreakerOptions::success_threshold must be at least 1");
   }
+  if (slow_call_threshold &&
+      (*slow_call_threshold <= Clock::duration::zero() || *slow_call_threshold > max_duration)) {
+    throw std::invalid_argument(
+        "kevlar::CircuitBreakerOptions::slow_call_threshold must be positive and at most 2^32 - 2 "
+        "ms");
+  }
+  if (!(slow_call_ratio > 0.0 && slow_call_ratio <= 1.0)) {
+    throw std::invalid_argument("kevlar::CircuitBreakerOptions::slow_call_ratio must be in (0, 1]");
+  }
 }
 
 CircuitObserverErrors::CircuitObserverErrors(std::vector<std::exception_ptr> errors)
@@ -106,6 +115,9 @@ CircuitBreakerOptions validated(const CircuitBreakerOptions& options) {
 CircuitBreakerCore::CircuitBreakerCore(const CircuitBreakerOptions& options)
     : options_(validated(options)),
       ratio_mode_(options_.failure_ratio.has_value()),
+      slow_mode_(options_.slow_call_threshold.has_value()),
+      windowed_(ratio_mode_ || slow_mode_),
+      fast_closed_(slow_mode_ ? static_cast<CircuitState>(0xFF) : CircuitState::closed),
       consecutive_limit_(options_.consecutive_failures.value_or(0)),
       current_end_(std::numeric_limits<std::int64_t>::min()),
       current_bucket_(no_bucket) {
@@ -153,6 +165,7 @@ std::int64_t CircuitBreakerCore::rotate_locked(Clock::time_point now) noexcept {
   Bucket& b = buckets_[slot];
   b.successes.store(0, std::memory_order_relaxed);
   b.failures.store(0, std::memory_order_relaxed);
+  b.slow.store(0, std::memory_order_relaxed);
   b.index.store(c, std::memory_order_relaxed);
   current_bucket_ = c;
   current_slot_.store(slot, std::memory_order_relaxed);
@@ -160,17 +173,17 @@ std::int64_t CircuitBreakerCore::rotate_locked(Clock::time_point now) noexcept {
   return c;
 }
 
-void CircuitBreakerCore::window_locked(std::int64_t current, std::uint64_t& total,
-                                       std::uint64_t& failures) const {
-  total = 0;
-  failures = 0;
+CircuitBreakerCore::Window CircuitBreakerCore::window_locked(std::int64_t current) const {
+  Window w;
   for (const Bucket& b : buckets_) {
     const std::int64_t i = b.index.load(std::memory_order_relaxed);
     if (i == no_bucket || i > current || current - i >= 10) continue;
     const std::uint64_t f = b.failures.load(std::memory_order_relaxed);
-    failures += f;
-    total += f + b.successes.load(std::memory_order_relaxed);
+    w.failures += f;
+    w.total += f + b.successes.load(std::memory_order_relaxed);
+    w.slow += b.slow.load(std::memory_order_relaxed);
   }
+  return w;
 }
 
 void CircuitBreakerCore::clear_metrics_locked() noexcept {
@@ -182,6 +195,7 @@ void CircuitBreakerCore::clear_metrics_locked() noexcept {
     b.index.store(no_bucket, std::memory_order_relaxed);
     b.successes.store(0, std::memory_order_relaxed);
     b.failures.store(0, std::memory_order_relaxed);
+    b.slow.store(0, std::memory_order_relaxed);
   }
 }
 
@@ -193,18 +207,28 @@ void CircuitBreakerCore::count_success_slow(Clock::time_point now) {
       1, std::memory_order_relaxed);
 }
 
-bool CircuitBreakerCore::count_failure_locked(Clock::time_point now) {
+bool CircuitBreakerCore::count_locked(Clock::time_point now, bool failed, bool slow) {
+  bool trip = false;
   if (!ratio_mode_) {
-    return consecutive_.fetch_add(1, std::memory_order_relaxed) + 1 >= consecutive_limit_;
+    if (failed) {
+      trip = consecutive_.fetch_add(1, std::memory_order_relaxed) + 1 >= consecutive_limit_;
+    } else {
+      consecutive_.store(0, std::memory_order_relaxed);
+    }
   }
+  if (!windowed_) return trip;
   const std::int64_t c = rotate_locked(now);
-  buckets_[current_slot_.load(std::memory_order_relaxed)].failures.fetch_add(
-      1, std::memory_order_relaxed);
-  std::uint64_t total = 0;
-  std::uint64_t failures = 0;
-  window_locked(c, total, failures);
-  return total >= static_cast<std::uint64_t>(options_.minimum_throughput) &&
-         static_cast<double>(failures) / static_cast<double>(total) >= *options_.failure_ratio;
+  Bucket& b = buckets_[current_slot_.load(std::memory_order_relaxed)];
+  (failed ? b.failures : b.successes).fetch_add(1, std::memory_order_relaxed);
+  if (slow) b.slow.fetch_add(1, std::memory_order_relaxed);
+  const Window w = window_locked(c);
+  if (w.total < static_cast<std::uint64_t>(options_.minimum_throughput)) return trip;
+  const auto total = static_cast<double>(w.total);
+  if (ratio_mode_ && failed && static_cast<double>(w.failures) / total >= *options_.failure_ratio) {
+    trip = true;
+  }
+  if (slow && static_cast<double>(w.slow) / total >= options_.slow_call_ratio) trip = true;
+  return trip;
 }
 
 // ---- core: transitions -------------------------------------------------------------------------
@@ -339,16 +363,18 @@ void CircuitBreakerCore::record_success_slow(Clock::time_point now, const Admiss
   deliver(ticket);
 }
 
-void CircuitBreakerCore::record_failure(Clock::time_point now, const Admission& a,
-                                        const Failure& failure) {
+void CircuitBreakerCore::record_outcome(Clock::time_point now, const Admission& a,
+                                        const Failure& failure, bool failed, bool slow) {
   std::uint64_t ticket = 0;
   std::optional<OpeningReservation> reservation;
   {
     std::lock_guard lock(mutex_);
-    last_exception_ = failure.exception;
-    last_error_ = failure.error;
+    if (failed) {
+      last_exception_ = failure.exception;
+      last_error_ = failure.error;
+    }
     const CircuitState s = state_.load(std::memory_order_relaxed);
-    if (a.probe()) {
+    if (a.probe()) {  // a failed or slow probe
       if (s != CircuitState::half_open || a.generation != probe_generation_) return;
       if (opening_pending_) {  // another probe already failed; its opening is being sized
         --probes_in_flight_;
@@ -356,7 +382,7 @@ void CircuitBreakerCore::record_failure(Clock::time_point now, const Admission& 
       }
     } else {
       if (s != CircuitState::closed) return;
-      if (!count_failure_locked(now) || opening_pending_) return;
+      if (!count_locked(now, failed, slow) || opening_pending_) return;
     }
     if (!options_.break_duration_generator) {
       open_locked(now, options_.break_duration, ticket);
@@ -398,7 +424,7 @@ void CircuitBreakerCore::record_failure(Clock::time_point now, const Admission& 
 }
 
 void CircuitBreakerCore::record_failure(Clock::time_point now, const Admission& a) {
-  record_failure(now, a, Failure{});
+  record_outcome(now, a, Failure{}, true, false);
 }
 
 void CircuitBreakerCore::release(const Admission& a) noexcept {
@@ -445,7 +471,12 @@ CircuitBreakerCore::Metrics CircuitBreakerCore::metrics(Clock::time_point now) c
   Metrics m{};
   m.state = state_.load(std::memory_order_relaxed);
   m.consecutive_failures = consecutive_.load(std::memory_order_relaxed);
-  if (ratio_mode_) window_locked(bucket_of(now), m.window_total, m.window_failures);
+  if (windowed_) {
+    const Window w = window_locked(bucket_of(now));
+    m.window_total = w.total;
+    m.window_failures = w.failures;
+    m.window_slow = w.slow;
+  }
   m.probes_in_flight = probes_in_flight_;
   m.opening_pending = opening_pending_;
   return m;
@@ -561,6 +592,14 @@ std::string CircuitBreaker::describe() const {
     s += ", probes " + std::to_string(o.half_open_probes) + ", close after " +
          std::to_string(o.success_threshold);
   }
+  if (o.slow_call_threshold) {
+    s += ", slow >=" + detail::format_duration(*o.slow_call_threshold) + " at " +
+         format_number(o.slow_call_ratio * 100.0) + "%";
+    if (!o.failure_ratio) {
+      s += " over " + detail::format_duration(o.sampling_window) + ", min " +
+           std::to_string(o.minimum_throughput);
+    }
+  }
   return s + ")";
 }
 
@@ -579,7 +618,11 @@ detail::TransitionSource CircuitBreaker::transition_source(const Layer& layer) c
 
 Step CircuitBreaker::start(Layer& layer, Frame& frame) {
   Frame* f = &frame;
-  if (core_.try_admit_closed()) return Step::run_inner;
+  if (core_.try_admit_closed()) return Step::run_inner;  // closed, durations not measured
+  if (core_.slow_calls()) {
+    f->started = layer.clock().now();
+    if (core_.state() == CircuitState::closed) return Step::run_inner;
+  }
   const CircuitBreakerCore::Admission a = [&] {
     const detail::TransitionScope transitions(transition_source(layer));  // open -> half-open
     return core_.admit(layer.clock().now());
@@ -598,12 +641,14 @@ Step CircuitBreaker::start(Layer& layer, Frame& frame) {
   }
   f->admission = a;
   f->settled = !a.probe();
+  if (core_.slow_calls()) f->started = layer.clock().now();
   return Step::run_inner;
 }
 
 Step CircuitBreaker::inner_complete(Layer& layer, Frame& f) {
   f.settled = true;
   if (layer.handled()) {
+    if (core_.slow_calls()) return complete_timed(layer, f, true);
     const detail::TransitionScope transitions(transition_source(layer));  // may open
     const OutcomeRef o = layer.outcome();
     core_.record_failure(layer.clock().now(), f.admission,
@@ -617,11 +662,29 @@ Step CircuitBreaker::inner_complete(Layer& layer, Frame& f) {
     core_.release(f.admission);  // the caller's cancellation says nothing about the dependency
     return Step::complete;
   }
-  const Clock::time_point now =
-      core_.ratio_mode() ? layer.clock().coarse_now() : Clock::time_point{};
+  Clock::time_point now{};
+  if (core_.windowed()) {
+    if (core_.slow_calls()) return complete_timed(layer, f, false);
+    now = layer.clock().coarse_now();
+  }
   if (layer.wants<BreakerTransition>()) {
     const detail::TransitionScope transitions(transition_source(layer));  // may close
     core_.record_success(now, f.admission);
+  } else {
+    core_.record_success(now, f.admission);
+  }
+  return Step::complete;
+}
+
+Step CircuitBreaker::complete_timed(Layer& layer, Frame& f, bool handled) {
+  const OutcomeRef o = layer.outcome();
+  const Clock::time_point now = layer.clock().now();
+  const bool slow = now - f.started >= *core_.options().slow_call_threshold;
+  const detail::TransitionScope transitions(transition_source(layer));  // may open or close
+  if (handled) {
+    core_.record_failure(now, f.admission, {o.exception(), o.error(), &layer.context(), &o}, slow);
+  } else if (slow) {
+    core_.record_success(now, f.admission, true);
   } else {
     core_.record_success(now, f.admission);
   }

@@ -75,15 +75,28 @@ struct BreakEvent {
 ///   with 5, when neither threshold is set);
 /// - ratio: opens on a handled failure when, over the last `sampling_window` (kept in 10 buckets),
 ///   at least `minimum_throughput` outcomes were recorded and failures/total >= `failure_ratio`.
+///
+/// Slow calls, in either mode (resilience4j's slow-call rate): with `slow_call_threshold` set, a
+/// call whose inner part takes at least that long (from admission to its outcome, on the shield's
+/// clock) is slow, whether it succeeded or failed; the circuit also opens on a slow call when, over
+/// the last `sampling_window`, at least `minimum_throughput` outcomes were recorded and
+/// slow/total >= `slow_call_ratio`. A half-open probe that is slow fails the probe.
 struct CircuitBreakerOptions {
   /// Consecutive mode threshold (> 0). Defaults to 5 when failure_ratio is not set either.
   std::optional<int> consecutive_failures;
   /// Ratio mode threshold, in (0, 1]. Setting both thresholds is refused.
   std::optional<double> failure_ratio;
-  /// Ratio mode: outcomes the window must hold before the ratio is judged (>= 1).
+  /// Ratio mode and slow calls: outcomes the window must hold before a ratio is judged (>= 1).
   int minimum_throughput = 10;
-  /// Ratio mode: the rolling window, tracked in 10 buckets (> 0, at most max_duration).
+  /// Ratio mode and slow calls: the rolling window, tracked in 10 buckets (> 0, at most
+  /// max_duration).
   Clock::duration sampling_window = std::chrono::seconds(30);
+  /// A call taking at least this long is slow (> 0, at most max_duration). Unset: call durations
+  /// are not measured (no clock read).
+  std::optional<Clock::duration> slow_call_threshold;
+  /// The share of slow calls in the window that opens the circuit, in (0, 1] (used only with
+  /// slow_call_threshold).
+  double slow_call_ratio = 1.0;
   /// How long the circuit stays open before a probe is admitted (> 0, at most max_duration).
   Clock::duration break_duration = std::chrono::seconds(15);
   /// Sizes each break instead of break_duration. Called once per trip, outside the breaker's lock,
@@ -179,8 +192,9 @@ class CircuitBreakerCore {
   struct Metrics {
     CircuitState state;
     int consecutive_failures;       ///< consecutive mode: failures in a row
-    std::uint64_t window_total;     ///< ratio mode: outcomes in the window (at `now`)
-    std::uint64_t window_failures;  ///< ratio mode: failures in the window (at `now`)
+    std::uint64_t window_total;     ///< ratio mode or slow calls: outcomes in the window (at `now`)
+    std::uint64_t window_failures;  ///< ratio mode or slow calls: failures in the window
+    std::uint64_t window_slow;      ///< slow calls: slow outcomes in the window
     int probes_in_flight;           ///< half-open: admitted probes not yet recorded or released
     bool opening_pending;           ///< a break-duration generator is running
   };
@@ -195,6 +209,10 @@ class CircuitBreakerCore {
   [[nodiscard]] const CircuitBreakerOptions& options() const noexcept { return options_; }
   /// True in ratio mode (record_success then reads `now`).
   [[nodiscard]] bool ratio_mode() const noexcept { return ratio_mode_; }
+  /// True if slow calls are tracked (options().slow_call_threshold is set).
+  [[nodiscard]] bool slow_calls() const noexcept { return slow_mode_; }
+  /// True if the rolling window is kept (ratio mode, or slow calls): record_success reads `now`.
+  [[nodiscard]] bool windowed() const noexcept { return windowed_; }
 
   /// The current state. An open circuit whose break elapsed still reads open until the next
   /// admit() (there is no timer).
@@ -202,16 +220,25 @@ class CircuitBreakerCore {
     return state_.load(std::memory_order_acquire);
   }
 
-  /// The fast path of admit(): true (admitted, no lock) if the circuit is closed.
-  [[nodiscard]] bool try_admit_closed() const noexcept { return state() == CircuitState::closed; }
+  /// The fast path of admit(): true (admitted, no lock) if the circuit is closed and slow calls
+  /// are not tracked (a call whose duration is measured reads the clock first: see slow_calls()).
+  [[nodiscard]] bool try_admit_closed() const noexcept {
+    return state_.load(std::memory_order_acquire) == fast_closed_;
+  }
 
   /// Decides whether a call starting at `now` may run. May move Open -> HalfOpen (and deliver that
   /// change; if an observer throws, the probe slot is released and the exception propagates).
   Admission admit(Clock::time_point now);
 
-  /// Records a success of the call admitted as `a`, completed at `now` (read in ratio mode only).
-  /// Closes a half-open circuit once success_threshold probes succeeded.
-  void record_success(Clock::time_point now, const Admission& a) {
+  /// Records a success of the call admitted as `a`, completed at `now` (read when windowed()).
+  /// Closes a half-open circuit once success_threshold probes succeeded. A `slow` success (see
+  /// CircuitBreakerOptions::slow_call_threshold) counts as slow in the window and may open the
+  /// circuit; a slow probe fails the probe (with no failure details).
+  void record_success(Clock::time_point now, const Admission& a, bool slow = false) {
+    if (slow) {
+      record_outcome(now, a, Failure{}, false, true);
+      return;
+    }
     if (!a.probe()) {
       // Outcomes of calls admitted while closed count only while the circuit is still closed.
       if (state() != CircuitState::closed) return;
@@ -219,7 +246,7 @@ class CircuitBreakerCore {
         if (consecutive_.load(std::memory_order_relaxed) != 0) {
           consecutive_.store(0, std::memory_order_relaxed);
         }
-        return;
+        if (!slow_mode_) return;
       }
       if (now.time_since_epoch().count() < current_end_.load(std::memory_order_acquire)) {
         // The current bucket is still current: one atomic increment, no lock. (A success racing
@@ -232,10 +259,13 @@ class CircuitBreakerCore {
     record_success_slow(now, a);
   }
 
-  /// Records a handled failure of the call admitted as `a`, completed at `now`. May open the
-  /// circuit (calling break_duration_generator outside the lock, whose exception propagates after
-  /// the reservation is cancelled).
-  void record_failure(Clock::time_point now, const Admission& a, const Failure& failure);
+  /// Records a handled failure of the call admitted as `a`, completed at `now` (`slow` as for
+  /// record_success). May open the circuit (calling break_duration_generator outside the lock,
+  /// whose exception propagates after the reservation is cancelled).
+  void record_failure(Clock::time_point now, const Admission& a, const Failure& failure,
+                      bool slow = false) {
+    record_outcome(now, a, failure, true, slow);
+  }
   /// Same, for a failure without details.
   void record_failure(Clock::time_point now, const Admission& a);
 
@@ -263,6 +293,13 @@ class CircuitBreakerCore {
     std::atomic<std::int64_t> index{0};  ///< absolute bucket number (sentinel: empty)
     std::atomic<std::uint64_t> successes{0};
     std::atomic<std::uint64_t> failures{0};
+    std::atomic<std::uint64_t> slow{0};
+  };
+  /// The counts of the window.
+  struct Window {
+    std::uint64_t total = 0;
+    std::uint64_t failures = 0;
+    std::uint64_t slow = 0;
   };
   struct Event {
     CircuitStateChange change;
@@ -287,19 +324,27 @@ class CircuitBreakerCore {
   void close_locked(std::uint64_t& ticket);
   void clear_metrics_locked() noexcept;
   void end_half_open_locked() noexcept;
-  bool count_failure_locked(Clock::time_point now);
+  /// Counts an outcome of a call admitted while closed; true if it crosses a threshold.
+  bool count_locked(Clock::time_point now, bool failed, bool slow);
   std::int64_t rotate_locked(Clock::time_point now) noexcept;
-  void window_locked(std::int64_t current, std::uint64_t& total, std::uint64_t& failures) const;
+  [[nodiscard]] Window window_locked(std::int64_t current) const;
   [[nodiscard]] std::int64_t bucket_of(Clock::time_point t) const noexcept;
   [[nodiscard]] std::int64_t bucket_end(std::int64_t bucket) const noexcept;
 
   // --- without the lock
+  /// A failure, or a slow outcome: the path that may open the circuit.
+  void record_outcome(Clock::time_point now, const Admission& a, const Failure& failure,
+                      bool failed, bool slow);
   void deliver(std::uint64_t ticket);
   void record_success_slow(Clock::time_point now, const Admission& a);
   void count_success_slow(Clock::time_point now);
 
   CircuitBreakerOptions options_;
   bool ratio_mode_;
+  bool slow_mode_;
+  bool windowed_;  ///< ratio_mode_ || slow_mode_
+  /// CircuitState::closed, or with slow calls a value the state never takes (no fast admission).
+  CircuitState fast_closed_;
   int consecutive_limit_;
 
   // Read without the lock on the hot path; written under mutex_.
@@ -341,6 +386,7 @@ namespace detail {
 struct BreakerFrame {
   CircuitBreakerCore::Admission admission;
   bool settled = true;
+  Clock::time_point started{};  ///< admission time, when slow calls are tracked
 };
 
 }  // namespace detail
@@ -357,7 +403,8 @@ struct BreakerFrame {
 /// Counting (after the inner part of the pipeline completes): an outcome the clause in force at
 /// this position handles is a failure; a cancellation while the caller (or a strategy outside the
 /// breaker) cancelled the execution counts as nothing (a probe frees its slot); anything else,
-/// including exceptions the clause does not handle, is a success.
+/// including exceptions the clause does not handle, is a success. With slow_call_threshold, a
+/// success or failure that took at least that long since admission is also slow.
 ///
 /// Rejections never run the inner part: errc::circuit_open with retry_after = the remaining break
 /// (open) or none (half-open with every probe slot taken); errc::isolated with none (isolated).
@@ -393,7 +440,8 @@ class CircuitBreaker final : public BasicStrategy<CircuitBreaker, detail::Breake
 
   /// `CircuitBreaker(5 consecutive, break 30s)` or
   /// `CircuitBreaker(50% over 30s, min 20, break 15s)`; `break dynamic` with a generator;
-  /// `, probes 3, close after 2` when the half-open options differ from 1.
+  /// `, probes 3, close after 2` when the half-open options differ from 1; `, slow >=2s at 50%
+  /// over 30s, min 10` with slow calls.
   [[nodiscard]] std::string describe() const override;
   /// Reactive (judges outcomes with the clause in force where it was added), stateful (one
   /// instance per chain), with a small frame recording how the execution was admitted.
@@ -406,6 +454,9 @@ class CircuitBreaker final : public BasicStrategy<CircuitBreaker, detail::Breake
   void finish(Layer& layer, Frame& f) noexcept;
 
  private:
+  /// inner_complete when slow calls are tracked, for an outcome that counts (`handled`: a
+  /// failure): the call's duration decides whether it is also slow.
+  Step complete_timed(Layer& layer, Frame& f, bool handled);
   /// The layer's transition source, bound to this breaker's core.
   [[nodiscard]] detail::TransitionSource transition_source(const Layer& layer) const noexcept;
   CircuitBreakerCore core_;
