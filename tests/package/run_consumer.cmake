@@ -75,7 +75,8 @@ if(MODE STREQUAL "find_package")
       "${CMAKE_COMMAND}" --install "${KEVLAR_BINARY_DIR}" --prefix "${prefix}" ${config_args})
   foreach(expected IN ITEMS include/kevlar/kevlar.hpp include/kevlar/metrics.hpp
                             include/kevlar/prometheus.hpp include/kevlar/spdlog.hpp
-                            include/kevlar/http.hpp include/kevlar/testing/strategy_driver.hpp)
+                            include/kevlar/http.hpp include/kevlar/testing/strategy_driver.hpp
+                            include/kevlar/testing/descriptors.hpp)
     if(NOT EXISTS "${prefix}/${expected}")
       message(FATAL_ERROR "run_consumer: the install lacks ${expected}")
     endif()

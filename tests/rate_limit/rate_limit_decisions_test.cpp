@@ -3,6 +3,7 @@
 #include "rate_limit/token_bucket_model.hpp"
 
 #include <kevlar/rate_limit.hpp>
+#include <kevlar/testing/model_runner.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 #include <kevlar/timeout.hpp>
 
@@ -15,7 +16,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <random>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -522,90 +523,135 @@ TEST(RateLimit, InvalidOptionsAreRefusedWithTheirName) {
   EXPECT_THROW((void)Shield{}.rate_limit(-5, 1s), std::invalid_argument);
 }
 
-/// Random arrivals, cancellations of queued calls and clock advances through real executions,
-/// against the token bucket: every decision, retry-after and start, and the FIFO order.
-void run_strategy_model(std::uint32_t seed, int steps) {
-  constexpr auto interval = 2s;  // 3 permits per 6 s
-  auto clock = ManualClock::create();
-  RateLimitOptions o;
-  o.permits = 3;
-  o.window = 6s;
-  o.queue_limit = 4;
-  const Shield shield = Shield{}.rate_limit(o);
-  test::TokenBucketModel model(std::chrono::nanoseconds(interval).count(), 3, 4);
-  std::vector<std::unique_ptr<StrategyDriver<int>>> calls;
-  std::vector<StrategyDriver<int>*> waiting;  // queued, oldest first
-  std::mt19937 rng(seed);
-  int admitted = 0, queued = 0, rejected = 0, started_late = 0, cancelled = 0;
-  const auto run_all = [&] {
-    for (int pass = 0; pass < 6; ++pass) {
-      for (auto& c : calls) c->run();
-    }
-  };
-  for (int step = 0; step < steps; ++step) {
-    const int action = std::uniform_int_distribution<int>(0, 9)(rng);
-    if (action < 5) {
-      std::int64_t retry = 0;
-      const int expected = model.acquire(retry);
-      calls.push_back(std::make_unique<StrategyDriver<int>>(shield, clock));
-      StrategyDriver<int>& c = *calls.back();
-      c.start();
-      run_all();
-      if (expected == 0) {
-        ASSERT_EQ(c.attempts(), 1u) << "seed " << seed << " step " << step;
-        c.succeed(0, step);
-        ++admitted;
-      } else if (expected == 1) {
-        ASSERT_FALSE(c.delivered()) << "seed " << seed << " step " << step;
-        waiting.push_back(&c);
-        ++queued;
-      } else {
-        ASSERT_TRUE(c.delivered()) << "seed " << seed << " step " << step;
-        ASSERT_EQ(c.outcome().error(), errc::rate_limited);
-        ASSERT_EQ(RateDecisions::retry_after(c), std::chrono::nanoseconds(retry))
-            << "seed " << seed << " step " << step;
-        ++rejected;
-      }
-    } else if (action < 9) {
-      const auto d = std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 5000)(rng));
-      const std::int64_t expected = model.advance(std::chrono::nanoseconds(d).count());
-      clock->advance(d);
-      run_all();
-      // Exactly the `expected` oldest waiting calls started.
-      for (std::int64_t i = 0; i < expected; ++i) {
-        ASSERT_FALSE(waiting.empty()) << "seed " << seed << " step " << step;
-        ASSERT_EQ(waiting.front()->attempts(), 1u) << "seed " << seed << " step " << step;
-        waiting.front()->succeed(0, step);
-        waiting.erase(waiting.begin());
-        ++started_late;
-      }
-      for (auto* w : waiting) ASSERT_EQ(w->attempts(), 0u) << "seed " << seed << " step " << step;
-    } else if (!waiting.empty()) {
-      const auto i = std::uniform_int_distribution<std::size_t>(0, waiting.size() - 1)(rng);
-      waiting[i]->cancel();
-      run_all();
-      ASSERT_EQ(waiting[i]->outcome().error(), asio::error::operation_aborted);
-      waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
-      model.cancel_one();
-      ++cancelled;
-    }
-    // Drop finished executions now and then, so the run stays small.
-    if (calls.size() > 64) {
-      std::erase_if(calls, [](const auto& c) { return c->delivered(); });
-    }
+/// One step of the executions' model test.
+struct CallCommand {
+  enum class Kind : unsigned char { arrive, advance, cancel } kind = Kind::arrive;
+  int ms = 0;              ///< advance: milliseconds
+  std::uint64_t pick = 0;  ///< cancel: which waiting call (modulo how many wait)
+};
+
+std::ostream& operator<<(std::ostream& os, const CallCommand& c) {
+  switch (c.kind) {
+    case CallCommand::Kind::arrive:
+      return os << "arrive";
+    case CallCommand::Kind::advance:
+      return os << "advance " << c.ms << "ms";
+    case CallCommand::Kind::cancel:
+      return os << "cancel #" << c.pick;
   }
-  // The sequence exercised every path.
-  EXPECT_GT(admitted, 50) << seed;
-  EXPECT_GT(queued, 20) << seed;
-  EXPECT_GT(rejected, 20) << seed;
-  EXPECT_GT(started_late, 10) << seed;
-  EXPECT_GT(cancelled, 5) << seed;
+  return os;
 }
 
-TEST(RateLimitModel, ExecutionsMatchATokenBucketForFixedSeeds) {
-  for (std::uint32_t seed : {21u, 22u, 23u, 24u, 25u}) {
-    run_strategy_model(seed, 1000);
-    if (HasFatalFailure()) return;
+/// What a model run exercised.
+struct CallCoverage {
+  int admitted = 0, queued = 0, rejected = 0, started_late = 0, cancelled = 0;
+};
+
+/// Random arrivals, cancellations of queued calls and clock advances through real executions,
+/// against the token bucket, from the model runner's seed corpus: every decision, retry-after and
+/// start, and the FIFO order; each seed exercises every path.
+TEST(RateLimitModel, ExecutionsMatchATokenBucketForTheSeedCorpus) {
+  constexpr auto interval = 2s;  // 3 permits per 6 s
+  CallCoverage coverage;
+  const testing::ModelRunner<CallCommand> runner(
+      "rate limit executions vs token bucket",
+      [](testing::ModelRandom& r) {
+        const std::uint64_t action = r.below(10);
+        if (action < 5) return CallCommand{CallCommand::Kind::arrive, 0, 0};
+        if (action < 9) {
+          return CallCommand{CallCommand::Kind::advance, static_cast<int>(r.between(0, 5000)), 0};
+        }
+        return CallCommand{CallCommand::Kind::cancel, 0, r.next()};
+      },
+      [&](const std::vector<CallCommand>& commands) {
+        coverage = {};
+        auto clock = ManualClock::create();
+        RateLimitOptions o;
+        o.permits = 3;
+        o.window = 6s;
+        o.queue_limit = 4;
+        const Shield shield = Shield{}.rate_limit(o);
+        test::TokenBucketModel model(std::chrono::nanoseconds(interval).count(), 3, 4);
+        std::vector<std::unique_ptr<StrategyDriver<int>>> calls;
+        std::vector<StrategyDriver<int>*> waiting;  // queued, oldest first
+        const auto run_all = [&] {
+          for (int pass = 0; pass < 6; ++pass) {
+            for (auto& c : calls) c->run();
+          }
+        };
+        for (std::size_t step = 0; step < commands.size(); ++step) {
+          const CallCommand& cmd = commands[step];
+          const std::string at = "step " + std::to_string(step);
+          if (cmd.kind == CallCommand::Kind::arrive) {
+            std::int64_t retry = 0;
+            const int expected = model.acquire(retry);
+            calls.push_back(std::make_unique<StrategyDriver<int>>(shield, clock));
+            StrategyDriver<int>& c = *calls.back();
+            c.start();
+            run_all();
+            if (expected == 0) {
+              testing::model_check(c.attempts() == 1u, at + ": not admitted at once");
+              c.succeed(0, static_cast<int>(step));
+              ++coverage.admitted;
+            } else if (expected == 1) {
+              testing::model_check(!c.delivered(), at + ": not queued");
+              waiting.push_back(&c);
+              ++coverage.queued;
+            } else {
+              testing::model_check(c.delivered() && c.outcome().error() == errc::rate_limited,
+                                   at + ": not rejected");
+              testing::model_check(
+                  RateDecisions::retry_after(c) == std::chrono::nanoseconds(retry),
+                  at + ": retry-after differs from the bucket's " + std::to_string(retry) + "ns");
+              ++coverage.rejected;
+            }
+          } else if (cmd.kind == CallCommand::Kind::advance) {
+            const auto d = std::chrono::milliseconds(cmd.ms);
+            const std::int64_t expected = model.advance(std::chrono::nanoseconds(d).count());
+            clock->advance(d);
+            run_all();
+            // Exactly the `expected` oldest waiting calls started.
+            for (std::int64_t i = 0; i < expected; ++i) {
+              testing::model_check(!waiting.empty() && waiting.front()->attempts() == 1u,
+                                   at + ": the oldest waiting call did not start");
+              waiting.front()->succeed(0, static_cast<int>(step));
+              waiting.erase(waiting.begin());
+              ++coverage.started_late;
+            }
+            for (auto* w : waiting) {
+              testing::model_check(w->attempts() == 0u, at + ": a call started out of turn");
+            }
+          } else if (!waiting.empty()) {
+            const auto i = static_cast<std::size_t>(cmd.pick % waiting.size());
+            waiting[i]->cancel();
+            run_all();
+            testing::model_check(waiting[i]->outcome().error() == asio::error::operation_aborted,
+                                 at + ": a cancelled call did not end as a cancellation");
+            waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
+            model.cancel_one();
+            ++coverage.cancelled;
+          }
+          // Drop finished executions now and then, so the run stays small.
+          if (calls.size() > 64) {
+            std::erase_if(calls, [](const auto& c) { return c->delivered(); });
+          }
+        }
+      },
+      1000);
+  for (const std::uint64_t seed : testing::model_seeds()) {
+    runner.run_seed(seed);
+    // Coverage is pinned for the fixed corpus; sweep seeds (KEVLAR_MODEL_SWEEP_SEEDS) only check
+    // the model.
+    if (std::find(testing::model_seed_corpus.begin(), testing::model_seed_corpus.end(), seed) ==
+        testing::model_seed_corpus.end()) {
+      continue;
+    }
+    // The sequence exercised every path.
+    EXPECT_GT(coverage.admitted, 50) << seed;
+    EXPECT_GT(coverage.queued, 20) << seed;
+    EXPECT_GT(coverage.rejected, 20) << seed;
+    EXPECT_GT(coverage.started_late, 10) << seed;
+    EXPECT_GT(coverage.cancelled, 5) << seed;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/shield.hpp>
+#include <kevlar/testing/event_recorder.hpp>
 
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
@@ -100,13 +101,6 @@ class DriverExecutor {
   DriverLoop* loop_;
 };
 
-/// Keeps the details of every event a shield delivers (the sources' pointers would dangle).
-class RecordingObserver final : public Observer {
- public:
-  void on_event(const Event& event) override { details.push_back(event.detail); }
-  std::vector<Event::Detail> details;
-};
-
 }  // namespace detail
 
 /// What a driven execution did at its boundary, in the order it happened.
@@ -142,7 +136,7 @@ struct StrategyDriverOptions {
   /// do). False: it records the cancellation and waits for the test to complete it (an operation
   /// that ignores cancellation).
   bool abort_on_cancel = true;
-  /// Attach an observer that records every event (StrategyDriver::events).
+  /// Attach an EventRecorder that records every event (StrategyDriver::events, recorder).
   bool record_events = true;
 };
 
@@ -207,7 +201,7 @@ class StrategyDriver {
     if (!clock_) throw std::invalid_argument("kevlar::testing::StrategyDriver: null clock");
     Shield s = shield.with_clock(clock_);
     if (options_.record_events) {
-      recorder_ = std::make_shared<detail::RecordingObserver>();
+      recorder_ = std::make_shared<EventRecorder>();
       s = s.observed_by(recorder_);
     }
     shield_.emplace(std::move(s));
@@ -325,19 +319,20 @@ class StrategyDriver {
     return *outcome_;
   }
 
-  /// The details of every event the shield emitted (with StrategyDriverOptions::record_events).
-  [[nodiscard]] const std::vector<Event::Detail>& events() const noexcept {
-    static const std::vector<Event::Detail> none;
-    return recorder_ ? recorder_->details : none;
+  /// The details of every event the shield emitted, in order (a copy; empty without
+  /// StrategyDriverOptions::record_events).
+  [[nodiscard]] std::vector<Event::Detail> events() const {
+    return recorder_ ? recorder_->details() : std::vector<Event::Detail>{};
   }
   /// The events of kind `Detail`, in order.
   template <class Detail>
   [[nodiscard]] std::vector<Detail> events_of() const {
-    std::vector<Detail> r;
-    for (const Event::Detail& e : events()) {
-      if (const Detail* d = std::get_if<Detail>(&e)) r.push_back(*d);
-    }
-    return r;
+    return recorder_ ? recorder_->template events_of<Detail>() : std::vector<Detail>{};
+  }
+  /// The recorder attached to the shield (null without StrategyDriverOptions::record_events):
+  /// the events with their strategy index and attempt.
+  [[nodiscard]] const std::shared_ptr<EventRecorder>& recorder() const noexcept {
+    return recorder_;
   }
 
   [[nodiscard]] ManualClock& clock() const noexcept { return *clock_; }
@@ -532,7 +527,7 @@ class StrategyDriver {
   /// Before the loop: the deadline service in the loop's context holds a timer of this clock.
   std::shared_ptr<ManualClock> clock_;
   detail::DriverLoop loop_;  // before the shield and the handlers: it outlives them
-  std::shared_ptr<detail::RecordingObserver> recorder_;
+  std::shared_ptr<EventRecorder> recorder_;
   std::optional<Shield> shield_;
   boost::asio::cancellation_signal caller_signal_;
   std::vector<DriverAttempt> attempts_;
