@@ -21,6 +21,20 @@ const char* to_string(RejectionKind kind) noexcept {
   return "unknown";
 }
 
+const char* to_string(ChaosKind kind) noexcept {
+  switch (kind) {
+    case ChaosKind::latency:
+      return "latency";
+    case ChaosKind::fault:
+      return "fault";
+    case ChaosKind::outcome:
+      return "outcome";
+    case ChaosKind::behavior:
+      return "behavior";
+  }
+  return "unknown";
+}
+
 namespace detail {
 
 void ObserverSet::count_failure() const noexcept {

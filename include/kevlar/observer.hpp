@@ -38,6 +38,17 @@ enum class RejectionKind : unsigned char {
 /// `circuit_open`, `isolated`, `rate_limit` or `concurrency_limit` (the metric tag values).
 [[nodiscard]] const char* to_string(RejectionKind kind) noexcept;
 
+/// What a chaos strategy (<kevlar/chaos.hpp>) injects.
+enum class ChaosKind : unsigned char {
+  latency,   ///< a wait before the call
+  fault,     ///< a failure instead of the call
+  outcome,   ///< a result instead of the call
+  behavior,  ///< a user callback before the call
+};
+
+/// `latency`, `fault`, `outcome` or `behavior` (the metric tag values).
+[[nodiscard]] const char* to_string(ChaosKind kind) noexcept;
+
 /// The failure an event is about: an error code or an exception (both empty for a successful
 /// result that the clause judged a failure).
 struct Failure {
@@ -105,6 +116,14 @@ struct HedgeLaunched {
   std::uint32_t attempt = 0;  ///< 2 for the first hedge
 };
 
+/// A chaos strategy injected something (after its on_injected hook, before the injection takes
+/// effect).
+struct ChaosInjected {
+  ChaosKind kind = ChaosKind::fault;
+  std::string operation;    ///< the execution's chaos scope's operation ("" when none)
+  std::string environment;  ///< the execution's chaos scope's environment ("" when none)
+};
+
 /// Where an event comes from.
 struct EventSource {
   /// What this observer stored in ShieldInfo::observer_state when the shield was announced (for
@@ -128,7 +147,7 @@ struct EventSource {
 struct Event {
   using Detail = std::variant<ExecutionFinished, AttemptStarted, RetryScheduled, TimeoutFired,
                               FallbackTaken, Rejected, BreakerTransition, LimiterStateChanged,
-                              HedgeLaunched>;
+                              HedgeLaunched, ChaosInjected>;
   EventSource source;
   Detail detail;
 };

@@ -12,7 +12,8 @@ const char* event_name(const Event::Detail& detail) noexcept {
   static constexpr const char* names[] = {
       "ExecutionFinished", "AttemptStarted",      "RetryScheduled",
       "TimeoutFired",      "FallbackTaken",       "Rejected",
-      "BreakerTransition", "LimiterStateChanged", "HedgeLaunched"};
+      "BreakerTransition", "LimiterStateChanged", "HedgeLaunched",
+      "ChaosInjected"};
   static_assert(std::size(names) == std::variant_size_v<Event::Detail>,
                 "a name for every event kind");
   return detail.index() < std::size(names) ? names[detail.index()] : "?";

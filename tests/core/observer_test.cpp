@@ -520,7 +520,8 @@ TEST_F(Observed, EventsNobodyWantsAreNotBuilt) {
   EXPECT_EQ(event_kinds<ExecutionFinished>(), 1u);
   EXPECT_EQ((event_kinds<AttemptStarted, LimiterStateChanged>()), (1u << 1) | (1u << 7));
   EXPECT_EQ(event_kinds<HedgeLaunched>(), 1u << 8);
-  EXPECT_EQ(all_event_kinds, 0x1ffu);
+  EXPECT_EQ(event_kinds<ChaosInjected>(), 1u << 9);
+  EXPECT_EQ(all_event_kinds, 0x3ffu);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The Prometheus exposition, line by line and through promtool; the /metrics endpoint scraped by
 // curl over loopback while calls run.
+#include <kevlar/chaos.hpp>
 #include <kevlar/kevlar.hpp>
 #include <kevlar/prometheus.hpp>
 
@@ -175,6 +176,69 @@ TEST(Prometheus, PromtoolAcceptsTheLimitersGauges) {
             std::string::npos)
       << text;
   const auto [status, output] = promtool_check(text, "limiters.prom");
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_EQ(output, "") << "promtool's lint findings";
+}
+
+// kevlar.chaos.injections: a series per shield name, kind, operation and environment seen, the
+// scope's tags only when set; promtool accepts it.
+TEST(Prometheus, ChaosInjectionsAreCountedByKindAndScope) {
+  ASSERT_STRNE(KEVLAR_PROMTOOL, "") << "promtool not found: install the Debian package prometheus";
+  auto metrics = std::make_shared<MetricsObserver>();
+  ChaosFaultOptions fault;
+  fault.chaos.enabled = true;
+  fault.chaos.injection_rate = 0.5;
+  fault.chaos.seed = 11;
+  fault.error = asio::error::connection_reset;
+  ChaosLatencyOptions latency;
+  latency.chaos.enabled = true;
+  latency.delay = 0ms;
+  const Shield shield = Shield{}
+                            .with_name("api")
+                            .wrap(chaos::latency(latency))
+                            .wrap(chaos::fault(fault))
+                            .observed_by(metrics);
+  int faults = 0;
+  int calls = 0;
+  auto run = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      if (shield.execute_outcome([&calls] { return ++calls; }).has_error()) ++faults;
+    }
+  };
+  run(40);
+  {
+    ChaosScope scope{"checkout", "staging"};
+    run(10);
+  }
+  EXPECT_GT(faults, 0);
+  EXPECT_LT(faults, 50);
+  EXPECT_EQ(faults + calls, 50);
+  const MetricsSnapshot snapshot = metrics->snapshot();
+  std::vector<std::pair<std::string, double>> injections;
+  for (const Series& s : snapshot.series) {
+    if (s.name != "kevlar.chaos.injections") continue;
+    std::string tags;
+    for (const auto& [k, v] : s.tags) tags += k + "=" + v + ";";
+    injections.emplace_back(tags, s.value);
+  }
+  double fault_total = 0;
+  for (const auto& [tags, value] : injections) {
+    if (tags.find("kevlar.chaos.kind=fault") != std::string::npos) fault_total += value;
+  }
+  EXPECT_EQ(fault_total, faults);
+  ASSERT_EQ(injections.size(), 4u);  // latency and fault, without and with the scope
+  EXPECT_EQ(injections[0], (std::pair<std::string, double>{
+                               "kevlar.shield.name=api;kevlar.chaos.kind=latency;", 40}));
+  EXPECT_EQ(injections[1], (std::pair<std::string, double>{
+                               "kevlar.shield.name=api;kevlar.chaos.kind=latency;"
+                               "kevlar.chaos.operation=checkout;kevlar.chaos.environment=staging;",
+                               10}));
+  const std::string text = prometheus::to_text(snapshot);
+  EXPECT_NE(text.find("kevlar_chaos_injections_total{kevlar_shield_name=\"api\","
+                      "kevlar_chaos_kind=\"latency\"} 40\n"),
+            std::string::npos)
+      << text;
+  const auto [status, output] = promtool_check(text, "chaos.prom");
   EXPECT_EQ(status, 0) << output;
   EXPECT_EQ(output, "") << "promtool's lint findings";
 }

@@ -2,6 +2,7 @@
 // clock, and spdlog's registry and default logger left alone.
 #include "core/async_ops.hpp"
 
+#include <kevlar/chaos.hpp>
 #include <kevlar/kevlar.hpp>
 #include <kevlar/spdlog.hpp>
 
@@ -93,6 +94,31 @@ TEST(SpdlogObserver, EachEventIsOneLineAtItsLevelWithItsFields) {
             "error kevlar event=execution_finished shield=api outcome=failure duration=202ms "
             "attempts=2 error.category=" + category + " error.code=111 error.message=\"" +
                 refused + "\"");
+}
+
+TEST(SpdlogObserver, AChaosInjectionIsAWarningWithItsKindAndScope) {
+  Captured log(spdlog::level::warn);
+  auto clock = ManualClock::create();
+  auto observer = std::make_shared<SpdlogObserver>(log.logger, on(clock, false));
+  ChaosFaultOptions fault;
+  fault.chaos.enabled = true;
+  fault.error = boost::asio::error::connection_reset;
+  const Shield shield =
+      chaos::fault(fault).with_name("api").observed_by(observer).with_clock(clock);
+  {
+    ChaosScope scope{"checkout", "staging env"};
+    (void)shield.execute_outcome([] { return 1; });
+  }
+  const std::vector<std::string> lines = log.lines();
+  ASSERT_EQ(lines.size(), 2u) << log.out.str();  // the injection, then the failed execution
+  EXPECT_EQ(lines[0],
+            "warning kevlar event=chaos_injected shield=api strategy=\"" +
+                shield.strategies()[0]->describe() +
+                "\" strategy.index=0 chaos.kind=fault chaos.operation=checkout "
+                "chaos.environment=\"staging env\"");
+  EXPECT_EQ(lines[1].rfind("error kevlar event=execution_finished shield=api outcome=failure", 0),
+            0u)
+      << lines[1];
 }
 
 TEST(SpdlogObserver, BreakerRejectionsAndTransitionsAreWarningsOrInfo) {

@@ -32,7 +32,7 @@ struct RecordedEvent {
 
 /// The name of the event's kind: `ExecutionFinished`, `AttemptStarted`, `RetryScheduled`,
 /// `TimeoutFired`, `FallbackTaken`, `Rejected`, `BreakerTransition`, `LimiterStateChanged`,
-/// `HedgeLaunched`.
+/// `HedgeLaunched`, `ChaosInjected`.
 [[nodiscard]] const char* event_name(const Event::Detail& detail) noexcept;
 /// `#3 RetryScheduled @1`: sequence, kind and strategy index.
 std::ostream& operator<<(std::ostream& os, const RecordedEvent& e);

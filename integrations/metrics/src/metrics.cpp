@@ -97,6 +97,7 @@ enum Slot : std::size_t {
   histograms = rejections + 4,
 };
 constexpr std::size_t rejection_kinds = 4;
+constexpr std::size_t chaos_kinds = 4;
 
 std::size_t default_shards() {
   const std::size_t hw = std::max(1U, std::thread::hardware_concurrency());
@@ -124,6 +125,8 @@ constexpr Instrument hedges_i{"kevlar.hedges", InstrumentKind::counter, "{hedge}
                               "Hedged attempts launched (the first attempt is not one)."};
 constexpr Instrument rejections_i{"kevlar.rejections", InstrumentKind::counter, "{rejection}",
                                   "Calls refused without running, by the kind of refusal."};
+constexpr Instrument chaos_i{"kevlar.chaos.injections", InstrumentKind::counter, "{injection}",
+                             "Chaos injections, by kind, operation and environment."};
 constexpr Instrument transitions_i{"kevlar.circuit_breaker.transitions", InstrumentKind::counter,
                                    "{transition}", "Circuit breaker state changes."};
 constexpr Instrument breaker_state{
@@ -247,7 +250,7 @@ MetricsObserver::Group* MetricsObserver::group(const std::string* name) noexcept
 
 EventKinds MetricsObserver::interests() const noexcept {
   return event_kinds<ExecutionFinished, RetryScheduled, TimeoutFired, FallbackTaken, Rejected,
-                     BreakerTransition, HedgeLaunched>();
+                     BreakerTransition, HedgeLaunched, ChaosInjected>();
 }
 
 void MetricsObserver::on_shield(ShieldInfo& shield) {
@@ -295,6 +298,10 @@ void MetricsObserver::on_event(const Event& event) noexcept {
     transitions_.add(static_cast<std::size_t>(t->from) * 4 + static_cast<std::size_t>(t->to), 1);
     return;
   }
+  if (const auto* c = std::get_if<ChaosInjected>(&d)) {
+    count_injection(event.source.shield_name, *c);
+    return;
+  }
   // The shield's series, found when it was announced (looked up only for an event that raced the
   // announcement).
   Group* g = static_cast<Group*>(event.source.observer_state);
@@ -332,6 +339,31 @@ void MetricsObserver::on_event(const Event& event) noexcept {
       return;
   }
   g->counters.add(slot, 1);
+}
+
+void MetricsObserver::count_injection(const std::string* shield_name,
+                                      const ChaosInjected& c) noexcept {
+  const auto kind = static_cast<std::size_t>(c.kind);
+  if (kind >= chaos_kinds) return;
+  const std::lock_guard lock(chaos_mutex_);
+  for (ChaosSeries& s : chaos_) {
+    const bool same_name = shield_name == nullptr ? !s.name : s.name && *s.name == *shield_name;
+    if (same_name && s.kind == kind && s.operation == c.operation &&
+        s.environment == c.environment) {
+      ++s.count;
+      return;
+    }
+  }
+  try {  // the first injection of a combination allocates its series, once
+    ChaosSeries s;
+    if (shield_name != nullptr) s.name = *shield_name;
+    s.kind = kind;
+    s.operation = c.operation;
+    s.environment = c.environment;
+    s.count = 1;
+    chaos_.push_back(std::move(s));
+  } catch (...) {  // out of memory: the injection goes uncounted
+  }
 }
 
 MetricsSnapshot MetricsObserver::snapshot() const {
@@ -394,6 +426,25 @@ MetricsSnapshot MetricsObserver::snapshot() const {
       add_name_tag(s, g->name);
       s.tags.push_back({"kevlar.rejection.type", to_string(static_cast<RejectionKind>(k))});
       s.value = static_cast<double>(g->counters.sum(rejections + k));
+      out.series.push_back(std::move(s));
+    }
+  }
+  {
+    // Chaos injections: one series per shield name, kind, operation and environment seen.
+    const std::lock_guard lock(chaos_mutex_);
+    std::vector<const ChaosSeries*> sorted;
+    for (const ChaosSeries& c : chaos_) sorted.push_back(&c);
+    std::sort(sorted.begin(), sorted.end(), [](const ChaosSeries* a, const ChaosSeries* b) {
+      return std::tie(a->name, a->kind, a->operation, a->environment) <
+             std::tie(b->name, b->kind, b->operation, b->environment);
+    });
+    for (const ChaosSeries* c : sorted) {
+      Series s = make_series(chaos_i);
+      add_name_tag(s, c->name);
+      s.tags.push_back({"kevlar.chaos.kind", to_string(static_cast<ChaosKind>(c->kind))});
+      if (!c->operation.empty()) s.tags.push_back({"kevlar.chaos.operation", c->operation});
+      if (!c->environment.empty()) s.tags.push_back({"kevlar.chaos.environment", c->environment});
+      s.value = static_cast<double>(c->count);
       out.series.push_back(std::move(s));
     }
   }

@@ -20,7 +20,7 @@ using spdlog::level::level_enum;
 constexpr const char* event_names[] = {
     "execution_finished", "attempt_started",    "retry_scheduled", "timeout_fired",
     "fallback_taken",     "rejected",           "breaker_transition",
-    "limiter_state_changed", "hedge_launched"};
+    "limiter_state_changed", "hedge_launched", "chaos_injected"};
 static_assert(std::size(event_names) == std::variant_size_v<Event::Detail>);
 
 level_enum level_of(const Event::Detail& d) {
@@ -41,6 +41,8 @@ level_enum level_of(const Event::Detail& d) {
       return to == CircuitState::open || to == CircuitState::isolated ? level_enum::warn
                                                                        : level_enum::info;
     }
+    case 9:  // ChaosInjected: deliberate, but an operator must see it in the logs
+      return level_enum::warn;
     default:
       return level_enum::info;
   }
@@ -167,6 +169,10 @@ void format_event(fmt::memory_buffer& out, const Event& event) {
           fmt::format_to(it, " running={} queued={}", d.running, d.queued);
         } else if constexpr (std::is_same_v<T, HedgeLaunched>) {
           fmt::format_to(it, " attempt={}", d.attempt);
+        } else if constexpr (std::is_same_v<T, ChaosInjected>) {
+          fmt::format_to(it, " chaos.kind={}", to_string(d.kind));
+          if (!d.operation.empty()) append_field(out, "chaos.operation", d.operation);
+          if (!d.environment.empty()) append_field(out, "chaos.environment", d.environment);
         }
       },
       event.detail);

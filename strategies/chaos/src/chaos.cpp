@@ -63,20 +63,6 @@ std::string_view view_of(const ChaosScopeValues* scope,
 
 }  // namespace
 
-const char* to_string(ChaosKind kind) noexcept {
-  switch (kind) {
-    case ChaosKind::latency:
-      return "latency";
-    case ChaosKind::fault:
-      return "fault";
-    case ChaosKind::outcome:
-      return "outcome";
-    case ChaosKind::behavior:
-      return "behavior";
-  }
-  return "unknown";
-}
-
 // ---- scope ---------------------------------------------------------------------------------------
 
 ChaosScope::ChaosScope(std::optional<std::string> operation, std::optional<std::string> environment)
@@ -158,11 +144,15 @@ bool ChaosCore::decide(Layer& layer, Decision& d) {
 }
 
 void ChaosCore::notify(ChaosKind kind, Layer& layer, const Decision& d) const {
-  if (!options_.on_injected) return;
-  options_.on_injected(ChaosEvent{kind, layer.context(),
-                                  view_of(d.scope, &ChaosScopeValues::operation),
-                                  view_of(d.scope, &ChaosScopeValues::environment), d.rate,
-                                  d.sample});
+  const std::string_view operation = view_of(d.scope, &ChaosScopeValues::operation);
+  const std::string_view environment = view_of(d.scope, &ChaosScopeValues::environment);
+  if (options_.on_injected) {
+    options_.on_injected(
+        ChaosEvent{kind, layer.context(), operation, environment, d.rate, d.sample});
+  }
+  if (layer.wants<ChaosInjected>()) {
+    layer.emit(ChaosInjected{kind, std::string(operation), std::string(environment)});
+  }
 }
 
 std::string ChaosCore::describe_options() const {

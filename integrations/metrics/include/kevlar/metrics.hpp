@@ -128,6 +128,10 @@ class ShardedCounters {
 /// | kevlar.circuit_breaker.transitions | counter | {transition} | ...state.from, ...state.to |
 /// | kevlar.circuit_breaker.state | gauge | {state} | name*, kevlar.strategy.index |
 /// | kevlar.concurrency_limit.inflight / .queued / .capacity | gauge | {execution} | same |
+/// | kevlar.rate_limit.available / .queued | gauge | {permit} / {execution} | same |
+/// | kevlar.chaos.injections | counter | {injection} | name*, kevlar.chaos.kind, kevlar.chaos.operation**, kevlar.chaos.environment** |
+///
+/// (** only when the execution's chaos scope has one.)
 ///
 /// (* kevlar.shield.name, only for a named shield.) Counting: one kevlar.executions per public
 /// call (a fallback's recovery is a success; retries add none), one count per decision event.
@@ -136,7 +140,9 @@ class ShardedCounters {
 /// references to them.
 ///
 /// Recording allocates nothing and takes no lock: counters are sharded per thread, the histogram
-/// has fixed buckets. A shield's first event (ShieldInfo) allocates its series once.
+/// has fixed buckets. A shield's first event (ShieldInfo) allocates its series once. Chaos
+/// injections are the exception, deliberate and rare: they are counted under a mutex, and the
+/// first injection of each (name, kind, operation, environment) allocates its series.
 /// Thread-safety: on_event, on_shield and snapshot may run concurrently from any threads.
 class MetricsObserver final : public Observer {
  public:
@@ -152,7 +158,8 @@ class MetricsObserver final : public Observer {
   void on_event(const Event& event) noexcept override;
   /// Registers the shield's series and gauges; its events then find their series directly.
   void on_shield(ShieldInfo& shield) override;
-  /// Executions, retries, timeouts, fallbacks, rejections and breaker transitions: attempts and
+  /// Executions, retries, timeouts, fallbacks, rejections, breaker transitions and chaos
+  /// injections: attempts and
   /// limiter accounting are not needed (gauges are read from the strategies), so an observed
   /// shield does not build them.
   [[nodiscard]] EventKinds interests() const noexcept override;
@@ -171,6 +178,16 @@ class MetricsObserver final : public Observer {
   [[nodiscard]] Group* find_group(const std::string* name) const noexcept;
   Group& add_group(const std::string* name);
   static std::size_t validated_shards(const MetricsOptions& options);
+  void count_injection(const std::string* shield_name, const ChaosInjected& c) noexcept;
+
+  /// The kevlar.chaos.injections series of one shield name, kind, operation and environment.
+  struct ChaosSeries {
+    std::optional<std::string> name;
+    std::size_t kind = 0;
+    std::string operation;
+    std::string environment;
+    std::uint64_t count = 0;
+  };
 
   MetricsOptions options_;
   std::vector<std::int64_t> bounds_ns_;  ///< duration_buckets in Clock ticks
@@ -180,6 +197,8 @@ class MetricsObserver final : public Observer {
   detail::ShardedCounters transitions_;  ///< from * 4 + to
   mutable std::mutex gauges_mutex_;
   mutable std::vector<Gauge> gauges_;
+  mutable std::mutex chaos_mutex_;
+  std::vector<ChaosSeries> chaos_;
 };
 
 }  // namespace kevlar

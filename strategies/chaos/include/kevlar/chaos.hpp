@@ -27,16 +27,8 @@
 
 namespace kevlar {
 
-/// What a chaos strategy injects.
-enum class ChaosKind : unsigned char {
-  latency,   ///< a wait before the call
-  fault,     ///< a failure instead of the call
-  outcome,   ///< a result instead of the call
-  behavior,  ///< a user callback before the call
-};
-
-/// `latency`, `fault`, `outcome` or `behavior`.
-[[nodiscard]] const char* to_string(ChaosKind kind) noexcept;
+// ChaosKind and the ChaosInjected event are declared in <kevlar/observer.hpp>, with the other
+// events.
 
 /// The operation and environment a call runs in, as chaos options match them
 /// (ChaosOptions::operation, ChaosOptions::environment). Unset values match no option that names
@@ -113,6 +105,9 @@ struct ChaosEvent {
 /// own SplitMix64 sequence, injecting when it is below the rate). Then the strategy's payload is
 /// computed, `on_injected` is called, and the injection takes effect.
 ///
+/// An injection is reported to the shield's observers (Shield::observed_by) as a ChaosInjected
+/// event, after `on_injected`.
+///
 /// A generator, predicate or hook that throws, or a generated rate outside [0, 1] (an
 /// std::invalid_argument), ends the execution at this position with that exception as its
 /// outcome; the operation is not called.
@@ -158,7 +153,7 @@ class ChaosCore {
   /// True if this execution is injected (see ChaosOptions for the order); fills `d`. Throws what
   /// a user callback throws, and std::invalid_argument for a generated rate outside [0, 1].
   bool decide(Layer& layer, Decision& d);
-  /// Calls on_injected, if set.
+  /// Calls on_injected, if set, then emits ChaosInjected to the shield's observers.
   void notify(ChaosKind kind, Layer& layer, const Decision& d) const;
   /// The next number of the strategy's sequence, in [0, 1).
   double next_sample() noexcept;
