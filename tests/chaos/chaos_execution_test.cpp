@@ -14,6 +14,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -324,6 +325,100 @@ TEST(ChaosExecution, TheCallersCancellationDuringAnAsynchronousBehaviourEndsTheC
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(*got, asio::error::operation_aborted);
   EXPECT_EQ(calls, 0);
+}
+
+TEST(ChaosExecution, ATimeoutOutsideCancelsAnAsynchronousBehaviourAtOnce) {
+  asio::io_context io;
+  auto clock = ManualClock::create();
+  asio::steady_timer hour(io, std::chrono::hours(1));
+  ChaosBehaviorOptions b;
+  b.chaos = on();
+  bool behaviour_ended = false;
+  b.behavior_async = [&](Context&) -> asio::awaitable<void> {
+    co_await hour.async_wait(asio::use_awaitable);  // aborted by the timeout's cancellation
+    behaviour_ended = true;
+  };
+  int calls = 0;
+  std::optional<boost::system::error_code> got;
+  Shield{}.timeout(1s).wrap(chaos::behavior(b)).with_clock(clock).execute_async(
+      [&](auto token) {
+        ++calls;
+        return test::async_answer(io.get_executor(), {}, 5, std::move(token));
+      },
+      asio::bind_executor(io, [&](boost::system::error_code ec, int) { got = ec; }));
+  io.poll();
+  EXPECT_FALSE(got.has_value());
+  clock->advance(1s);
+  for (int i = 0; i < 10 && !got; ++i) {
+    io.restart();
+    io.poll();
+  }
+  ASSERT_TRUE(got.has_value()) << "the timeout did not end the behaviour's wait";
+  EXPECT_EQ(*got, errc::timeout);
+  EXPECT_FALSE(behaviour_ended);
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(ChaosExecution, AnExecutionAbandonedDuringAnAsynchronousBehaviourEndsCleanly) {
+  bool delivered = false;
+  auto shield_owner = std::make_unique<Shield>();
+  {
+    asio::io_context io;
+    ChaosBehaviorOptions b;
+    b.chaos = on();
+    auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::hours(1));
+    b.behavior_async = [timer](Context&) -> asio::awaitable<void> {
+      co_await timer->async_wait(asio::use_awaitable);
+    };
+    *shield_owner = chaos::behavior(b);
+    shield_owner->execute_async(
+        [&](auto token) { return test::async_answer(io.get_executor(), {}, 5, std::move(token)); },
+        asio::bind_executor(io, [&](boost::system::error_code, int) { delivered = true; }));
+    io.poll();
+  }  // the io_context goes with the behaviour's coroutine and the execution it holds
+  EXPECT_FALSE(delivered);
+  shield_owner.reset();  // the strategies outlive nothing of the execution (ASan checks)
+}
+
+// The scope is recorded by the first enabled chaos strategy: a fault behind a latency still sees
+// the caller's scope after the wait, on a later turn of the loop, once the scope has ended.
+TEST(ChaosExecution, TheScopeSurvivesAWaitBeforeTheScopedStrategy) {
+  asio::io_context io;
+  auto clock = ManualClock::create();
+  ChaosLatencyOptions l;
+  l.chaos = on();
+  l.delay = 1s;
+  ChaosFaultOptions f = reset_fault();
+  f.chaos.environment = "staging";
+  const Shield shield = chaos::latency(l).wrap(chaos::fault(f)).with_clock(clock);
+  std::optional<boost::system::error_code> got;
+  {
+    ChaosScope scope{std::nullopt, "staging"};
+    shield.execute_async(
+        [&](auto token) { return test::async_answer(io.get_executor(), {}, 5, std::move(token)); },
+        asio::bind_executor(io, [&](boost::system::error_code ec, int) { got = ec; }));
+  }
+  io.poll();
+  clock->advance(1s);
+  for (int i = 0; i < 10 && !got; ++i) {
+    io.restart();
+    io.poll();
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, asio::error::connection_reset);
+}
+
+TEST(ChaosExecution, ScopesEndingOutOfOrderLeaveNoDanglingScope) {
+  auto a = std::make_unique<ChaosScope>("a", "env");
+  auto b = std::make_unique<ChaosScope>("b");
+  ASSERT_NE(ChaosScope::current(), nullptr);
+  EXPECT_EQ(ChaosScope::current()->operation, "b");
+  a.reset();  // the outer one first
+  ASSERT_NE(ChaosScope::current(), nullptr);
+  EXPECT_EQ(ChaosScope::current()->operation, "b");
+  EXPECT_EQ(ChaosScope::current()->environment, "env");  // inherited when b began
+  b.reset();
+  EXPECT_EQ(ChaosScope::current(), nullptr);
 }
 
 // ---- threads ---------------------------------------------------------------------------------------

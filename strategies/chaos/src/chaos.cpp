@@ -4,9 +4,12 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <list>
 #include <sstream>
 
 namespace kevlar {
@@ -29,7 +32,14 @@ std::uint64_t next_default_seed() noexcept {
   return mix64(sequence.fetch_add(golden_gamma, std::memory_order_relaxed));
 }
 
-thread_local const ChaosScope* tl_scope = nullptr;
+/// One thread's scopes, innermost last: values, never pointers to scopes (a list: an entry's
+/// address stays valid while other scopes come and go).
+struct ScopeEntry {
+  std::uint64_t token;
+  ChaosScopeValues values;  ///< a copy: an entry never points into a scope
+};
+thread_local std::list<ScopeEntry> tl_scopes;
+std::atomic<std::uint64_t> next_scope_token{1};
 
 bool valid_rate(double rate) noexcept { return rate >= 0.0 && rate <= 1.0; }  // false for NaN
 
@@ -51,6 +61,22 @@ const ChaosScopeValues* execution_scope(Context& context) {
   return context.properties().try_get(chaos_scope_key());
 }
 
+/// Runs an asynchronous behaviour with throw_if_cancelled off for its coroutine thread: a
+/// cancellation still aborts the operations it awaits (their errors throw), but co_spawn's own
+/// last step (a post after the behaviour returned) must not throw it out of the executor's run().
+boost::asio::awaitable<void> guarded(boost::asio::awaitable<void> behavior) {
+  co_await boost::asio::this_coro::throw_if_cancelled(false);
+  co_await std::move(behavior);
+}
+
+/// The scope recorded in the execution's context, else this thread's; records nothing.
+const ChaosScopeValues* scope_of(Context& context) noexcept {
+  if (const ChaosScopeValues* recorded = context.properties().try_get(chaos_scope_key())) {
+    return recorded;
+  }
+  return ChaosScope::current();
+}
+
 bool matches(const std::optional<std::string>& wanted, const std::optional<std::string>& have) {
   return !wanted || (have && *have == *wanted);
 }
@@ -66,18 +92,30 @@ std::string_view view_of(const ChaosScopeValues* scope,
 // ---- scope ---------------------------------------------------------------------------------------
 
 ChaosScope::ChaosScope(std::optional<std::string> operation, std::optional<std::string> environment)
-    : values_{std::move(operation), std::move(environment)}, previous_(tl_scope) {
-  if (previous_ != nullptr) {
-    if (!values_.operation) values_.operation = previous_->values_.operation;
-    if (!values_.environment) values_.environment = previous_->values_.environment;
+    : values_{std::move(operation), std::move(environment)},
+      token_(next_scope_token.fetch_add(1, std::memory_order_relaxed)) {
+  if (const ChaosScopeValues* outer = current()) {
+    if (!values_.operation) values_.operation = outer->operation;
+    if (!values_.environment) values_.environment = outer->environment;
   }
-  tl_scope = this;
+  tl_scopes.push_back(ScopeEntry{token_, values_});
 }
 
-ChaosScope::~ChaosScope() { tl_scope = previous_; }
+ChaosScope::~ChaosScope() {
+  // Usually the innermost entry; out of order, only this scope's own entry goes. Destroyed on
+  // another thread (which the docs forbid), it removes nothing there, and its thread keeps a copy
+  // of its values, never a dangling one.
+  for (auto it = tl_scopes.end(); it != tl_scopes.begin();) {
+    --it;
+    if (it->token == token_) {
+      tl_scopes.erase(it);
+      return;
+    }
+  }
+}
 
 const ChaosScopeValues* ChaosScope::current() noexcept {
-  return tl_scope != nullptr ? &tl_scope->values_ : nullptr;
+  return tl_scopes.empty() ? nullptr : &tl_scopes.back().values;
 }
 
 const Key<ChaosScopeValues>& chaos_scope_key() {
@@ -111,18 +149,18 @@ double ChaosCore::next_sample() noexcept {
 bool ChaosCore::decide(Layer& layer, Decision& d) {
   Context& context = layer.context();
   if (!options_.enabled) return false;
+  // The execution's scope, recorded at its first decision by any enabled chaos strategy, so that
+  // a strategy deciding later (after a wait, on another thread) sees the same one. Read again
+  // below: a callback may add properties, which moves them.
+  (void)execution_scope(context);
   if (options_.enabled_generator && !options_.enabled_generator(context)) return false;
   if (options_.predicate && !options_.predicate(context)) return false;
   if (options_.operation || options_.environment) {
-    const ChaosScopeValues* scope = execution_scope(context);
+    const ChaosScopeValues* scope = scope_of(context);
     if (scope == nullptr || !matches(options_.operation, scope->operation) ||
         !matches(options_.environment, scope->environment)) {
       return false;
     }
-    d.scope = scope;
-  } else {
-    d.scope = context.properties().try_get(chaos_scope_key());
-    if (d.scope == nullptr) d.scope = ChaosScope::current();
   }
   double rate = options_.injection_rate;
   if (options_.injection_rate_generator) {
@@ -144,8 +182,11 @@ bool ChaosCore::decide(Layer& layer, Decision& d) {
 }
 
 void ChaosCore::notify(ChaosKind kind, Layer& layer, const Decision& d) const {
-  const std::string_view operation = view_of(d.scope, &ChaosScopeValues::operation);
-  const std::string_view environment = view_of(d.scope, &ChaosScopeValues::environment);
+  // A copy: the hook may add properties to the context, which would move the recorded scope.
+  ChaosScopeValues scope;
+  if (const ChaosScopeValues* s = scope_of(layer.context())) scope = *s;
+  const std::string_view operation = view_of(&scope, &ChaosScopeValues::operation);
+  const std::string_view environment = view_of(&scope, &ChaosScopeValues::environment);
   if (options_.on_injected) {
     options_.on_injected(
         ChaosEvent{kind, layer.context(), operation, environment, d.rate, d.sample});
@@ -300,29 +341,46 @@ Step ChaosBehaviorStrategy::start(Layer& layer, Frame& f) {
                           [&failure](std::exception_ptr ep) { failure = std::move(ep); });
     private_context.run();
     if (failure) std::rethrow_exception(failure);
+    if (layer.context().cancelled()) {  // a deadline or stop request passed meanwhile
+      layer.outcome().set_error(boost::asio::error::operation_aborted);
+      return Step::complete;
+    }
     return Step::run_inner;
   }
   auto ex = layer.executor();
-  boost::asio::co_spawn(ex, options_.behavior_async(layer.context()),
-                        boost::asio::bind_executor(
-                            ex, [frame = &f, h = layer.wait_handler()](std::exception_ptr ep) mutable {
-                              frame->failure = std::move(ep);
-                              std::move(h)(boost::system::error_code());
-                            }));
+  boost::asio::co_spawn(ex, guarded(options_.behavior_async(layer.context())),
+                        detail::ChaosBehaviorDone{&f, layer.wait_handler(), ex,
+                                                  layer.cancellation_slot()});
   return Step::suspend;
+}
+
+void detail::ChaosBehaviorDone::operator()(std::exception_ptr ep) {
+  frame->failure = std::move(ep);
+  // Resumed by a post, not from inside the coroutine's last step: the coroutine (and the
+  // cancellation handler it left in the execution's slot) is finished before the execution
+  // moves on and reuses the slot.
+  boost::asio::post(executor, [h = std::move(resume)]() mutable {
+    std::move(h)(boost::system::error_code());
+  });
 }
 
 Step ChaosBehaviorStrategy::wait_complete(Layer& layer, Frame& f,
                                           const boost::system::error_code& ec) {
+  const bool cancelled = layer.cancelled_from_outside() || layer.context().cancelled();
   if (f.failure) {
-    layer.outcome().set_exception(std::move(f.failure));
+    if (cancelled && detail::is_cancellation_exception(f.failure)) {
+      // The cancellation reached what the behaviour awaited: a cancellation, as any wait's.
+      layer.outcome().set_error(boost::asio::error::operation_aborted);
+    } else {
+      layer.outcome().set_exception(std::move(f.failure));
+    }
     return Step::complete;
   }
   if (ec) {
     layer.outcome().set_error(ec);
     return Step::complete;
   }
-  if (layer.cancelled_from_outside() || layer.context().cancelled()) {
+  if (cancelled) {
     layer.outcome().set_error(boost::asio::error::operation_aborted);
     return Step::complete;
   }

@@ -8,7 +8,9 @@
 #include <kevlar/shield.hpp>
 #include <kevlar/strategy.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <atomic>
@@ -41,22 +43,29 @@ struct ChaosScopeValues {
 
 /// Sets the chaos scope of the calls this thread starts while it lives (RAII). Scopes nest: an
 /// inner scope inherits the values it leaves unset from the one around it, and the outer scope is
-/// restored when the inner one is destroyed. Destroy scopes in the reverse order of their
-/// construction, on the thread that made them.
+/// restored when the inner one is destroyed.
 ///
 /// ```
-/// kevlar::ChaosScope scope{"checkout", std::getenv("APP_ENV")};
-/// shield.execute_async(op, handler);    // chaos strategies that name "checkout" may inject
+/// kevlar::ChaosScope scope{"checkout", "staging"};
+/// shield.execute(fn);    // chaos strategies that name "checkout" or "staging" may inject
 /// ```
 ///
-/// When a chaos strategy whose options name an operation or an environment first decides for an
-/// execution, it reads the scope recorded in the execution's Context (chaos_scope_key()) or, if
-/// there is none, this thread's scope, and records that in the Context, so that every later
-/// decision of the same execution (a retry's next attempt, on whatever thread it runs) sees the
-/// scope the execution first saw. A synchronous execution runs its first decision on the calling
-/// thread. An asynchronous one does too, unless a queue (a concurrency or rate limit with a
-/// queue) or a hedge's later attempt comes first: then capture the scope at the start of the
-/// execution with capture_chaos_scope() outermost, or record it yourself (record_chaos_scope).
+/// When an enabled chaos strategy first decides for an execution, it reads the scope recorded in
+/// the execution's Context (chaos_scope_key()) or, if there is none, this thread's scope, and
+/// records that in the Context, so that every later decision of the same execution (a retry's
+/// next attempt, a strategy after a wait, on whatever thread it runs) sees the scope the
+/// execution first saw. A synchronous execution makes its first decision on the calling thread.
+/// An asynchronous one does too, unless something defers the execution before its first chaos
+/// strategy (a queue, a retry's backoff after a rejection, a hedge's later attempt): put
+/// chaos::capture_scope() outermost to capture the scope when the execution starts, or record it
+/// yourself (record_chaos_scope).
+///
+/// A scope is a value on its thread's stack: it belongs to the thread, not to a coroutine. Never
+/// keep one across a `co_await` (the coroutine may resume on another thread, and other work on this
+/// thread would see the scope meanwhile): open one per thread for the thread's life (an
+/// environment), or use record_chaos_scope where the execution's Context is at hand. A scope
+/// destroyed out of order, or on another thread, removes only its own value and never leaves a
+/// dangling one.
 ///
 /// Thread-safety: each thread has its own scope stack.
 class ChaosScope {
@@ -70,12 +79,13 @@ class ChaosScope {
 
   /// The values in force inside this scope (the inherited ones included).
   [[nodiscard]] const ChaosScopeValues& values() const noexcept { return values_; }
-  /// This thread's innermost scope's values, or nullptr outside every scope.
+  /// This thread's innermost scope's values, or nullptr outside every scope. Valid until that
+  /// scope ends.
   [[nodiscard]] static const ChaosScopeValues* current() noexcept;
 
  private:
   ChaosScopeValues values_;
-  const ChaosScope* previous_;
+  std::uint64_t token_;  ///< identifies this scope's entry on its thread's stack
 };
 
 /// The Context property in which an execution's chaos scope is recorded.
@@ -147,7 +157,6 @@ class ChaosCore {
   struct Decision {
     double rate = 0;
     double sample = 0;
-    const ChaosScopeValues* scope = nullptr;
   };
 
   /// True if this execution is injected (see ChaosOptions for the order); fills `d`. Throws what
@@ -346,15 +355,38 @@ namespace detail {
 struct ChaosBehaviorFrame {
   std::exception_ptr failure;  ///< what the asynchronous behaviour threw
 };
+
+/// The completion of an asynchronous behaviour's coroutine: it carries the execution's
+/// cancellation slot (so cancellation reaches the coroutine) and no executor of its own (so that
+/// co_spawn forwards a cancellation inline, not through a dispatch that could outlive the
+/// coroutine); it completes on the execution's executor, co_spawn's default.
+struct ChaosBehaviorDone {
+  using cancellation_slot_type = boost::asio::cancellation_slot;
+  ChaosBehaviorFrame* frame;
+  WaitHandler resume;
+  boost::asio::any_io_executor executor;
+  boost::asio::cancellation_slot slot;
+
+  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept { return slot; }
+  void operator()(std::exception_ptr ep);
+};
 }  // namespace detail
 
 /// Injects behaviour: an injected execution runs a user callback, then the inner part. An
 /// exception the callback throws is the outcome instead (the operation is not called).
 ///
-/// Cancellation: an asynchronous behaviour runs to its end (its coroutine is not cancelled); the
-/// caller's cancellation is honoured when it ends: the execution then completes with
-/// `operation_aborted` without running the operation. The behaviour's Context tells whether a
-/// deadline has passed (Context::cancelled()).
+/// Cancellation: an asynchronous behaviour's coroutine is spawned with the execution's
+/// cancellation slot, so the caller's cancellation, or the expiry of a timeout outside, reaches
+/// the operation it awaits (terminal cancellation; the coroutine then ends with the exception
+/// that operation throws). Once it ends, a cancelled execution completes with `operation_aborted`
+/// (a timeout outside reports `errc::timeout`) without running the operation. A synchronous
+/// behaviour runs to its end on a private io_context; a deadline or stop request that passed
+/// meanwhile ends the execution the same way. Its Context tells whether a deadline has passed
+/// (Context::cancelled()).
+///
+/// An enabled asynchronous behaviour declares StrategyTraits::needs_executor: every asynchronous
+/// call through the shield, injected or not, must then have a completion handler with an
+/// associated executor (as a timeout requires).
 ///
 /// Thread-safety: one instance serves any number of concurrent executions; the callbacks run
 /// concurrently for concurrent executions.
