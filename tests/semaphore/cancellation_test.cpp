@@ -4,6 +4,7 @@
 #include "semaphore_test_support.hpp"
 
 #include <kevlar/error.hpp>
+#include <kevlar/testing/race_runner.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -22,6 +23,9 @@
 
 #include <barrier>
 #include <exception>
+#include <memory>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -341,6 +345,109 @@ TEST(UnpairedSemaphoreCancel, CancelledHeadNeverStrandsTheNextWaiter) {
     ASSERT_EQ(sem.waiting(), 0u);
   }
   releaser.join();
+}
+
+/// Throws (failing the race round, which run_race names) unless `condition`.
+void race_check(bool condition, const std::string& what) {
+  if (!condition) throw std::runtime_error(what);
+}
+
+/// The cancellation type of a race repetition: terminal, total and partial in turn.
+cancellation_type race_cancellation(const testing::RaceRound& round) {
+  switch (round.repetition % 3) {
+    case 0:
+      return cancellation_type::terminal;
+    case 1:
+      return cancellation_type::total;
+    default:
+      return cancellation_type::partial;
+  }
+}
+
+// B17, both orders pinned on one thread by the race runner (the threaded test above checks the
+// same race under real interleavings, where either order may or may not happen): release first
+// and the waiter owns the permit, the later cancellation ignored (B16); cancel first and the
+// waiter ends aborted, the released permit left as a token (B15). The count balances either way.
+TEST(UnpairedSemaphoreCancel, CancelRacingReleaseResolvesAsItsOrderSays) {
+  struct Scenario {  // the signal and the outcome outlive the semaphore's waiters
+    asio::cancellation_signal sig;
+    Outcome o;
+    asio::io_context ioc;
+    UnpairedSemaphore sem{ioc.get_executor()};
+  };
+  const testing::RaceReport report = testing::run_race(
+      "semaphore: release vs cancel of the waiter", 6, [](const testing::RaceRound& round) {
+        auto sc = std::make_shared<Scenario>();
+        sc->sem.async_acquire(cancellable(sc->sig, sc->ioc, sc->o));
+        race_check(sc->sem.waiting() == 1, "the waiter is not queued");
+        const cancellation_type type = race_cancellation(round);
+        const bool release_first = round.order == testing::RaceOrder::a_then_b;
+        return testing::RaceParties{
+            [sc] { race_check(sc->sem.release(), "release refused"); },
+            [sc, type] { sc->sig.emit(type); },
+            [sc, release_first] {
+              drain(sc->ioc);
+              race_check(sc->o.calls == 1,
+                         "the waiter completed " + std::to_string(sc->o.calls) + " times");
+              if (release_first) {
+                race_check(!sc->o.ec, "the release came first, but the waiter did not get it");
+                race_check(sc->sem.available() == 0, "the permit is both owned and free");
+              } else {
+                race_check(sc->o.ec == asio::error::operation_aborted,
+                           "the cancellation came first, but the waiter was not aborted");
+                race_check(sc->sem.try_acquire(), "the released permit did not become a token");
+              }
+              race_check(sc->sem.available() == 0 && sc->sem.waiting() == 0,
+                         "the count does not balance");
+            }};
+      });
+  EXPECT_EQ(report.runs, 12u);
+  EXPECT_EQ(report.a_first_runs, 6u);
+  EXPECT_EQ(report.b_first_runs, 6u);
+}
+
+// B18, both orders pinned on one thread by the race runner (the threaded test above races them
+// for real): release first and the head keeps the permit, the second waiter runs on the head's
+// release; cancel first and the release goes to the second waiter. Never stranded.
+TEST(UnpairedSemaphoreCancel, CancelledHeadNeverStrandsTheNextWaiterInEitherOrder) {
+  struct Scenario {  // the signal and the outcomes outlive the semaphore's waiters
+    asio::cancellation_signal sig;
+    Outcome head, second;
+    asio::io_context ioc;
+    UnpairedSemaphore sem{ioc.get_executor()};
+  };
+  const testing::RaceReport report = testing::run_race(
+      "semaphore: release vs cancel of the head waiter", 6, [](const testing::RaceRound& round) {
+        auto sc = std::make_shared<Scenario>();
+        sc->sem.async_acquire(cancellable(sc->sig, sc->ioc, sc->head));
+        sc->sem.async_acquire(record(sc->ioc, sc->second));
+        race_check(sc->sem.waiting() == 2, "the waiters are not queued");
+        const cancellation_type type = race_cancellation(round);
+        const bool release_first = round.order == testing::RaceOrder::a_then_b;
+        return testing::RaceParties{
+            [sc] { race_check(sc->sem.release(), "release refused"); },
+            [sc, type] { sc->sig.emit(type); },
+            [sc, release_first] {
+              drain(sc->ioc);
+              race_check(sc->head.calls == 1,
+                         "the head completed " + std::to_string(sc->head.calls) + " times");
+              if (release_first) {
+                race_check(!sc->head.ec, "the release came first, but the head did not get it");
+                race_check(sc->second.calls == 0, "one release woke two waiters");
+                race_check(sc->sem.release(), "release refused");  // the head's work is done
+                drain(sc->ioc);
+              } else {
+                race_check(sc->head.ec == asio::error::operation_aborted,
+                           "the cancellation came first, but the head was not aborted");
+              }
+              race_check(sc->second.succeeded(), "the second waiter was stranded");
+              race_check(sc->sem.available() == 0 && sc->sem.waiting() == 0,
+                         "the count does not balance");
+            }};
+      });
+  EXPECT_EQ(report.runs, 12u);
+  EXPECT_EQ(report.a_first_runs, 6u);
+  EXPECT_EQ(report.b_first_runs, 6u);
 }
 
 // B46: once a cancelled wait has completed, its queue slot is gone and the semaphore serves the
