@@ -54,7 +54,11 @@ TEST(Jitter, ConstantAndLinearTakeJitterToo) {
   const Backoff l = Backoff::linear(1s, 5s, Jitter::equal);
   EXPECT_EQ(l.delay(3, 0.0), 1500ms);
   EXPECT_EQ(l.delay(3, 0.5), 2250ms);
-  EXPECT_EQ(l.delay(20, 0.0), 5s);  // 20 s jittered to [10 s, 20 s), then capped
+  // AWS's order: 20 s capped to 5 s first, then jittered in [2.5 s, 5 s): never stuck at the cap.
+  EXPECT_EQ(l.delay(20, 0.0), 2500ms);
+  EXPECT_LT(l.delay(20, 0.999), 5s);
+  const Backoff f = Backoff::exponential(250ms, 2.0, 30s, Jitter::full);
+  EXPECT_EQ(f.delay(12, 0.5), 15s);  // 512 s capped to 30 s, then half of it
   EXPECT_EQ(l.describe(), "linear 1s steps +equal jitter <=5s");
   // Proportional jitter can carry a constant above its value, never above the limit.
   const Backoff top = Backoff::constant(Backoff::max_delay_limit, Jitter::proportional);
@@ -115,14 +119,16 @@ TEST(Jitter, AnUnknownKindIsRefused) {
   EXPECT_EQ(std::string(to_string(Jitter::none)), "none");
 }
 
-// Through an execution: each retry's decorrelated delay is drawn from the delay the execution
-// actually waited before (after the delay generator and the cap), not from the curve.
-TEST(Jitter, ARetryFeedsDecorrelatedJitterTheDelayItWaited) {
+// Through an execution: each retry's decorrelated delay is drawn from the backoff's previous
+// delay capped by max_delay, before the delay generator (as Kevlar does): a generator's long delay
+// does not inflate the next draw.
+TEST(Jitter, ARetryFeedsDecorrelatedJitterItsPreviousBackoffDelay) {
   RetryOptions o;
   o.max_retries = 3;
   o.backoff = Backoff::constant(100ms, Jitter::decorrelated).with_random([] { return 0.5; });
   int n = 0;
-  // The second retry's delay is replaced by 1 s: the third is drawn from [100 ms, 3 s].
+  // The second retry's delay (350 ms, of [100, 600]) is replaced by 1 s: the third is still drawn
+  // from [100 ms, 3 * 350 ms], not from [100 ms, 3 s].
   o.delay_generator = [&n](const RetryEvent& e) -> std::optional<Clock::duration> {
     if (++n == 2) return 1s;
     return e.delay;
@@ -136,10 +142,11 @@ TEST(Jitter, ARetryFeedsDecorrelatedJitterTheDelayItWaited) {
   EXPECT_EQ(d.timers(), std::vector<Clock::duration>{1s});
   d.advance(1s);
   d.fail(2, boost::asio::error::connection_reset);
-  EXPECT_EQ(d.timers(), std::vector<Clock::duration>{1550ms});  // [100, 3000] at 0.5
+  EXPECT_EQ(d.timers(), std::vector<Clock::duration>{575ms});  // [100, 1050] at 0.5
   const auto events = d.events_of<RetryScheduled>();
   ASSERT_EQ(events.size(), 3u);
-  EXPECT_EQ(events[2].delay, 1550ms);
+  EXPECT_EQ(events[1].delay, 1s);
+  EXPECT_EQ(events[2].delay, 575ms);
 }
 
 }  // namespace

@@ -237,14 +237,15 @@ Clock::duration Backoff::delay(int attempt, double u, Clock::duration previous) 
       if (v >= top) v = std::nextafter(top, 0.0);
       break;
     }
-    case Jitter::equal: {
+    case Jitter::equal: {  // AWS: capped first, then jittered below the cap
+      v = std::min(v, static_cast<double>(cap.count()));
       const double top = v;
       v = v * 0.5 + u * v * 0.5;
       if (v >= top && top > 0.0) v = std::nextafter(top, 0.0);
       break;
     }
-    case Jitter::full:
-      v *= u;
+    case Jitter::full:  // AWS: capped first, then jittered below the cap
+      v = std::min(v, static_cast<double>(cap.count())) * u;
       break;
   }
   return clamp_ticks(v, cap);
@@ -330,7 +331,11 @@ Step RetryStrategy::inner_complete(Layer& layer, Frame& f) {
 Step RetryStrategy::retry(Layer& layer, Frame& f) {
   if (caller_cancelled(layer)) return Step::complete;  // the original failure surfaces
   const int attempt = ++f.used;
-  Clock::duration delay = planned_delay(attempt, f.previous);
+  Clock::duration delay =
+      planned_delay(attempt, attempt == 1 ? Clock::duration::zero() : f.previous);
+  // Decorrelated jitter draws from the backoff's own (capped) delay, before any generator, as
+  // Kevlar does: a server's long Retry-After does not inflate the next draw.
+  f.previous = delay;
   if (options_.delay_generator) {
     const std::optional<Clock::duration> generated =
         options_.delay_generator(RetryEvent{attempt, delay, layer.outcome(), layer.context()});
@@ -346,7 +351,6 @@ Step RetryStrategy::retry(Layer& layer, Frame& f) {
     layer.outcome().set_error(boost::asio::error::operation_aborted);
     return Step::complete;
   }
-  f.previous = delay;
   if (delay > Clock::duration::zero()) return layer.wait_for(delay);
   return Step::run_inner;
 }

@@ -30,9 +30,10 @@ enum class Jitter : unsigned char {
   equal,         ///< `d/2 + u * d/2`: in [d/2, d) (AWS's "equal jitter")
   full,          ///< `u * d`: in [0, d) (AWS's "full jitter")
   /// `base + u * (max(base, 3 * previous) - base)`, where `base` is the constant delay, the linear
-  /// step or the exponential initial delay, and `previous` the delay waited before the previous
-  /// retry of the same execution (`base` before the first): AWS's "decorrelated jitter", the
-  /// curve's shape no longer matters.
+  /// step or the exponential initial delay, and `previous` the backoff's delay for the previous
+  /// retry of the same execution, capped by RetryOptions::max_delay (`base` before the first):
+  /// AWS's "decorrelated jitter", the curve's shape no longer matters. Delays grow about 1.5x a
+  /// retry on average: give the backoff or the retry a max_delay.
   decorrelated,
 };
 
@@ -46,8 +47,10 @@ enum class Jitter : unsigned char {
 /// - linear(step, max_delay, jitter): `step * attempt`;
 /// - exponential(initial, factor, max_delay, jitter): `initial * factor^(attempt - 1)`;
 /// - custom(fn): whatever `fn(attempt)` returns (negative values become 0).
-/// The built-in kinds apply their Jitter to that delay, then the cap: `max_delay` if given, else
-/// one day (implicit_cap) for linear and exponential and max_delay_limit for constant.
+/// The built-in kinds apply their Jitter to that delay and the cap (`max_delay` if given, else one
+/// day (implicit_cap) for linear and exponential and max_delay_limit for constant): equal and full
+/// jitter cap first and jitter below the cap (AWS), proportional and decorrelated jitter cap the
+/// jittered delay (Kevlar).
 /// The arithmetic never overflows: a delay that would exceed its cap is the cap, a NaN is 0, and a
 /// zero initial delay stays zero whatever the power.
 ///
@@ -197,8 +200,11 @@ struct RetryOptions {
 namespace detail {
 /// A retry's per-execution state.
 struct RetryFrame {
-  int used = 0;                    ///< retries used by the execution
-  Clock::duration previous{};      ///< the delay waited before the last retry (decorrelated jitter)
+  /// Only `used` is set: `previous` is written before it is first read (the happy path, which
+  /// never retries, stores one int).
+  RetryFrame() noexcept : used(0) {}
+  int used;                  ///< retries used by the execution
+  Clock::duration previous;  ///< the backoff's delay for the last retry (decorrelated jitter)
 };
 }  // namespace detail
 
@@ -210,7 +216,7 @@ struct RetryFrame {
 /// Per failed call: it stops — the outcome surfaces unchanged, so exhausted retries surface the
 /// last failure — when the retries are used up, the clause does not handle the outcome, or the
 /// caller has cancelled (the original failure is returned, not a cancellation). Otherwise: delay =
-/// backoff.delay(n), capped by max_delay; delay_generator; capped again; on_retry; if the caller
+/// backoff.delay(n, previous), capped by max_delay; delay_generator; capped again; on_retry; if the caller
 /// cancelled during the hooks the execution ends with `operation_aborted`; wait `delay` (a
 /// cancellation during the wait ends it with `operation_aborted`); call again. Caller
 /// cancellation means the caller's stop token or cancellation slot, or a strategy outside this
