@@ -13,6 +13,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace kevlar {
 namespace {
@@ -169,6 +170,53 @@ TEST(SlowCalls, ACancelledCallIsNeitherSlowNorCounted) {
   EXPECT_EQ(d.outcome().error(), boost::asio::error::operation_aborted);
   EXPECT_EQ(breaker->state(), CircuitState::closed);
   EXPECT_EQ(breaker->core().metrics(clock->now()).window_total, 0u);
+}
+
+TEST(SlowCalls, ASlowSuccessTripReportsItselfAndNoOlderFailure) {
+  CircuitBreakerOptions o = slow_options(1s, 0.5, 2);
+  std::vector<BreakEvent> breaks;
+  std::vector<CircuitStateChange> changes;
+  o.break_duration_generator = [&](const BreakEvent& e) {
+    breaks.push_back(e);
+    EXPECT_NE(e.context, nullptr);
+    EXPECT_NE(e.outcome, nullptr);
+    if (e.outcome != nullptr) {
+      EXPECT_FALSE(e.outcome->failed());
+    }
+    return 5s;
+  };
+  o.on_state_changed = [&](const CircuitStateChange& c) { changes.push_back(c); };
+  Harness h(o);
+  EXPECT_FALSE(h.call(0s, true).has_value());  // a fast failure: recorded as the last failure
+  EXPECT_TRUE(h.call(2s).has_value());         // a slow success: 1 slow of 2, opens
+  ASSERT_EQ(h.breaker->state(), CircuitState::open);
+  ASSERT_EQ(breaks.size(), 1u);
+  EXPECT_TRUE(breaks[0].slow);
+  EXPECT_FALSE(breaks[0].exception);
+  EXPECT_FALSE(breaks[0].error);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].to, CircuitState::open);
+  EXPECT_FALSE(changes[0].last_exception) << "the fast failure did not trip the circuit";
+}
+
+TEST(SlowCalls, ASlowFailingProbeReopensWithItsFailure) {
+  CircuitBreakerOptions o = slow_options(1s, 0.5, 1);
+  o.half_open_probes = 2;
+  o.success_threshold = 2;
+  std::vector<CircuitStateChange> changes;
+  o.on_state_changed = [&](const CircuitStateChange& c) { changes.push_back(c); };
+  Harness h(o);
+  EXPECT_TRUE(h.call(1s).has_value());
+  ASSERT_EQ(h.breaker->state(), CircuitState::open);
+  h.clock->advance(5s);
+  EXPECT_TRUE(h.call(0s).has_value());  // one fast probe succeeds: 1 of 2 needed
+  EXPECT_EQ(h.breaker->state(), CircuitState::half_open);
+  EXPECT_FALSE(h.call(2s, true).has_value());  // the second probe fails, slowly
+  EXPECT_EQ(h.breaker->state(), CircuitState::open);
+  ASSERT_FALSE(changes.empty());
+  EXPECT_EQ(changes.back().to, CircuitState::open);
+  ASSERT_TRUE(changes.back().last_exception);
+  EXPECT_THROW(std::rethrow_exception(changes.back().last_exception), std::runtime_error);
 }
 
 TEST(SlowCalls, OptionsAreValidatedAndDescribed) {

@@ -374,6 +374,14 @@ void CircuitBreakerCore::record_outcome(Clock::time_point now, const Admission& 
       last_error_ = failure.error;
     }
     const CircuitState s = state_.load(std::memory_order_relaxed);
+    // A slow success that trips the circuit has no failure to report: the transition must not
+    // carry an older, unrelated one.
+    const auto forget_failure_if_slow_success = [&] {
+      if (!failed) {
+        last_exception_ = nullptr;
+        last_error_ = {};
+      }
+    };
     if (a.probe()) {  // a failed or slow probe
       if (s != CircuitState::half_open || a.generation != probe_generation_) return;
       if (opening_pending_) {  // another probe already failed; its opening is being sized
@@ -384,6 +392,7 @@ void CircuitBreakerCore::record_outcome(Clock::time_point now, const Admission& 
       if (s != CircuitState::closed) return;
       if (!count_locked(now, failed, slow) || opening_pending_) return;
     }
+    forget_failure_if_slow_success();
     if (!options_.break_duration_generator) {
       open_locked(now, options_.break_duration, ticket);
     } else {
@@ -391,7 +400,7 @@ void CircuitBreakerCore::record_outcome(Clock::time_point now, const Admission& 
       reservation->token = ++opening_token_;
       reservation->from = s;
       reservation->event = BreakEvent{
-          s, trips_ + 1, failure.exception, failure.error, failure.context, failure.outcome};
+          s, trips_ + 1, failure.exception, failure.error, failure.context, failure.outcome, slow};
       opening_pending_ = true;
     }
   }
@@ -684,7 +693,7 @@ Step CircuitBreaker::complete_timed(Layer& layer, Frame& f, bool handled) {
   if (handled) {
     core_.record_failure(now, f.admission, {o.exception(), o.error(), &layer.context(), &o}, slow);
   } else if (slow) {
-    core_.record_success(now, f.admission, true);
+    core_.record_slow_success(now, f.admission, {nullptr, {}, &layer.context(), &o});
   } else {
     core_.record_success(now, f.admission);
   }

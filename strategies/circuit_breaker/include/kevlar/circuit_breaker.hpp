@@ -65,6 +65,9 @@ struct BreakEvent {
   /// only during the break_duration_generator call; null when the failure was recorded without
   /// one (CircuitBreakerCore::record_failure called directly).
   const OutcomeRef* outcome = nullptr;
+  /// True when a slow call (CircuitBreakerOptions::slow_call_threshold) trips the circuit; for a
+  /// slow success `exception` and `error` are empty and `outcome` is the success.
+  bool slow = false;
 };
 
 /// Options of a circuit breaker. Validated when the breaker is created (Shield::circuit_breaker or
@@ -154,8 +157,8 @@ class CircuitObserverErrors : public std::runtime_error {
 ///
 /// Thread-safety: every member may be called from any number of threads at once. When closed,
 /// admission and success recording take no lock and allocate nothing (one atomic increment in
-/// ratio mode, at most one atomic store in consecutive mode); failures, probes and transitions
-/// take one mutex.
+/// ratio mode, at most one atomic store in consecutive mode); failures, slow calls, probes and
+/// transitions take one mutex.
 class CircuitBreakerCore {
  public:
   /// The answer of admit().
@@ -231,14 +234,8 @@ class CircuitBreakerCore {
   Admission admit(Clock::time_point now);
 
   /// Records a success of the call admitted as `a`, completed at `now` (read when windowed()).
-  /// Closes a half-open circuit once success_threshold probes succeeded. A `slow` success (see
-  /// CircuitBreakerOptions::slow_call_threshold) counts as slow in the window and may open the
-  /// circuit; a slow probe fails the probe (with no failure details).
-  void record_success(Clock::time_point now, const Admission& a, bool slow = false) {
-    if (slow) {
-      record_outcome(now, a, Failure{}, false, true);
-      return;
-    }
+  /// Closes a half-open circuit once success_threshold probes succeeded.
+  void record_success(Clock::time_point now, const Admission& a) {
     if (!a.probe()) {
       // Outcomes of calls admitted while closed count only while the circuit is still closed.
       if (state() != CircuitState::closed) return;
@@ -259,8 +256,14 @@ class CircuitBreakerCore {
     record_success_slow(now, a);
   }
 
-  /// Records a handled failure of the call admitted as `a`, completed at `now` (`slow` as for
-  /// record_success). May open the circuit (calling break_duration_generator outside the lock,
+  /// Records a success that was slow (CircuitBreakerOptions::slow_call_threshold): counted as a
+  /// success and as slow in the window, it may open the circuit (BreakEvent::slow; `details`
+  /// gives the generator the context and outcome); a slow probe fails the probe. Takes the lock.
+  void record_slow_success(Clock::time_point now, const Admission& a, const Failure& details) {
+    record_outcome(now, a, details, false, true);
+  }
+  /// Records a handled failure of the call admitted as `a`, completed at `now`; `slow` if it took
+  /// at least slow_call_threshold (counted as slow too). May open the circuit (calling break_duration_generator outside the lock,
   /// whose exception propagates after the reservation is cancelled).
   void record_failure(Clock::time_point now, const Admission& a, const Failure& failure,
                       bool slow = false) {
