@@ -85,6 +85,7 @@ void seal(detail::Pipeline& p) {
   p.view.needs_executor = needs_executor;
   p.view.asynchronous_only = asynchronous_only;
   p.view.clock = p.clock ? p.clock.get() : Clock::steady().get();
+  p.view.name = p.name ? &*p.name : nullptr;
 }
 
 std::shared_ptr<detail::Pipeline> copy_of(const std::shared_ptr<const detail::Pipeline>& p) {
@@ -126,7 +127,8 @@ Shield Shield::use(std::shared_ptr<Strategy> strategy) const {
 Shield Shield::append(const std::shared_ptr<Strategy>& strategy) const {
   auto p = copy_of(p_);
   p->strategies.push_back(strategy);
-  p->clauses.push_back(p->ambient ? p->ambient : Clause::default_clause());
+  std::shared_ptr<const Clause> own = strategy->traits().clause;
+  p->clauses.push_back(own ? std::move(own) : p->ambient ? p->ambient : Clause::default_clause());
   seal(*p);
   return Shield(std::move(p));
 }

@@ -128,6 +128,11 @@ class Context {
  public:
   explicit Context(const Clock& clock, bool synchronous, std::stop_token stop = {}) noexcept
       : clock_(&clock), stop_(std::move(stop)), synchronous_(synchronous) {}
+  /// A context for an execution of a shield named `*shield_name` (nullptr: unnamed).
+  Context(const Clock& clock, const std::string* shield_name, bool synchronous,
+          std::stop_token stop = {}) noexcept
+      : clock_(&clock), shield_name_(shield_name), stop_(std::move(stop)),
+        synchronous_(synchronous) {}
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
@@ -163,6 +168,11 @@ class Context {
   /// The shield's clock.
   [[nodiscard]] const Clock& clock() const noexcept { return *clock_; }
 
+  /// The name of the shield running this execution (Shield::with_name), or nullptr for an
+  /// unnamed shield: what hooks and attempts use to tell shields apart in logs and metrics. It
+  /// lives as long as the shield.
+  [[nodiscard]] const std::string* shield_name() const noexcept { return shield_name_; }
+
   /// The typed property bag of this execution (the same bag across retries).
   [[nodiscard]] Properties& properties() noexcept { return properties_; }
   [[nodiscard]] const Properties& properties() const noexcept { return properties_; }
@@ -173,6 +183,7 @@ class Context {
   [[noreturn]] static void throw_cancelled();
 
   const Clock* clock_;
+  const std::string* shield_name_ = nullptr;
   std::stop_token stop_;
   Clock::time_point deadline_ = Clock::time_point::max();
   std::uint32_t attempt_ = 0;

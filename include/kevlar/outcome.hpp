@@ -140,6 +140,14 @@ class OutcomeRef {
   }
   /// Replaces the outcome with an exception.
   void set_exception(std::exception_ptr ep) noexcept { state_->set_exception(std::move(ep)); }
+  /// Replaces the outcome with a success, for a call without a value (value_type() is void: a
+  /// void function, a `void(error_code)` operation). Returns false (and changes nothing) for a
+  /// call with a value, which needs set_value.
+  bool set_success() noexcept {
+    if (value_type() != typeid(void)) return false;
+    state_->set_success();
+    return true;
+  }
   /// Replaces the outcome with a success carrying `value`. Returns false (and changes nothing)
   /// when the call's value type is not T.
   template <class T>

@@ -74,10 +74,32 @@ struct Pipeline {
 template <class F>
 concept SyncFunction = std::invocable<F&, Context&> || std::invocable<F&>;
 
-/// A nullary callable returning `asio::awaitable<T>`; called once per attempt.
+namespace detail {
+/// The awaitable a factory returns: `f(Context&)` when it takes the context, else `f()`.
+template <class F>
+struct FactoryResultOf {
+  using type = std::remove_cvref_t<std::invoke_result_t<F&>>;
+};
+template <class F>
+requires std::invocable<F&, Context&>
+struct FactoryResultOf<F> {
+  using type = std::remove_cvref_t<std::invoke_result_t<F&, Context&>>;
+};
+template <class F>
+using FactoryResult = typename FactoryResultOf<F>::type;
+}  // namespace detail
+
+/// A callable returning `asio::awaitable<T>`, called once per attempt: `factory(Context&)`, given
+/// the attempt's context (the attempt number, the properties, the deadline, whether it was
+/// cancelled; a hedged attempt has its own copy), or `factory()`.
+/// (An Asio operation's attempt, `[&](auto token) {...}`, is never asked whether it takes a
+/// Context: that would instantiate its body with one.)
 template <class F>
 concept AwaitableFactory =
-    std::invocable<F&> && detail::IsAwaitable<std::remove_cvref_t<std::invoke_result_t<F&>>>::value;
+    (std::invocable<F&> &&
+     detail::IsAwaitable<std::remove_cvref_t<std::invoke_result_t<F&>>>::value) ||
+    (!boost::asio::is_async_operation<F>::value && std::invocable<F&, Context&> &&
+     detail::IsAwaitable<std::remove_cvref_t<std::invoke_result_t<F&, Context&>>>::value);
 
 /// A callable that starts one attempt of an Asio operation when invoked with a completion handler,
 /// e.g. `[&](auto token) { return sock.async_read_some(buf, token); }`. Its completion signature
@@ -236,7 +258,7 @@ class Shield {
     if (p_ == nullptr || p_->layers.empty()) {
       if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
       if constexpr (std::invocable<F&, Context&>) {
-        Context ctx(clock(), true, std::move(stop));
+        Context ctx(clock(), p_ != nullptr ? p_->view.name : nullptr, true, std::move(stop));
         return std::invoke(fn, ctx);
       } else {
         return std::invoke(fn);
@@ -256,7 +278,7 @@ class Shield {
     }
     const detail::PipelineView& v = view();
     if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
-    Context ctx(*v.clock, true, std::move(stop));
+    Context ctx(*v.clock, v.name, true, std::move(stop));
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
     call.run_sync();
@@ -290,15 +312,16 @@ class Shield {
     return initiate<Sig>(std::move(attempt), std::forward<Token>(token));
   }
 
-  /// Executes a coroutine through the pipeline: `factory()` returns `asio::awaitable<T>` and is
-  /// called once per attempt; the result is awaited in a coroutine spawned on the handler's
+  /// Executes a coroutine through the pipeline: `factory()` or `factory(Context&)` returns
+  /// `asio::awaitable<T>` and is called once per attempt (with that attempt's context, which lives
+  /// until the attempt completes); the result is awaited in a coroutine spawned on the handler's
   /// associated executor. Completes with `void(std::exception_ptr, T)` (or
   /// `void(std::exception_ptr)` for `awaitable<void>`) through any completion token; the
   /// exception is the object the coroutine threw, or a kevlar::Error. See the other overload for
   /// executors and cancellation.
   template <AwaitableFactory F, class Token>
   auto execute_async(F factory, Token&& token) const {
-    using Aw = std::remove_cvref_t<std::invoke_result_t<F&>>;
+    using Aw = detail::FactoryResult<F>;
     using T = typename detail::IsAwaitable<Aw>::value_type;
     using Sig = std::conditional_t<std::is_void_v<T>, void(std::exception_ptr),
                                    void(std::exception_ptr, T)>;
@@ -310,8 +333,10 @@ class Shield {
   /// from the co_await (the coroutine's own exception object, or kevlar::Error). With an empty
   /// shield the factory's awaitable is returned as it is.
   template <AwaitableFactory F>
-  auto execute_async(F factory) const -> std::remove_cvref_t<std::invoke_result_t<F&>> {
-    if (p_ == nullptr || p_->layers.empty()) return factory();  // no strategy, no observer
+  auto execute_async(F factory) const -> detail::FactoryResult<F> {
+    if constexpr (!std::invocable<F&, Context&>) {
+      if (p_ == nullptr || p_->layers.empty()) return factory();  // no strategy, no observer
+    }
     return run_factory(*this, std::move(factory));
   }
 
@@ -320,16 +345,37 @@ class Shield {
   struct FactoryAttempt {
     F factory;
 
+    /// An attempt of an execution (the execution owns the factory and the context).
     template <class Handler>
-    void operator()(Handler&& handler) {
+    void operator()(Handler&& handler) & {
       auto ex = boost::asio::get_associated_executor(handler, boost::asio::system_executor());
-      boost::asio::co_spawn(ex, call(factory), std::forward<Handler>(handler));
+      Context* context = attempt_context(handler);
+      boost::asio::co_spawn(ex, call(factory, context), std::forward<Handler>(handler));
+    }
+    /// The empty shield's one call: the coroutine owns the factory (and a context of its own).
+    template <class Handler>
+    void operator()(Handler&& handler) && {
+      auto ex = boost::asio::get_associated_executor(handler, boost::asio::system_executor());
+      boost::asio::co_spawn(ex, call_owned(std::move(factory)), std::forward<Handler>(handler));
     }
 
     /// Runs the factory inside the spawned coroutine, so that a factory that throws fails the
     /// attempt instead of escaping.
-    static auto call(F& f) -> std::remove_cvref_t<std::invoke_result_t<F&>> {
-      co_return co_await f();
+    static auto call(F& f, Context* context) -> detail::FactoryResult<F> {
+      if constexpr (std::invocable<F&, Context&>) {
+        co_return co_await f(*context);
+      } else {
+        (void)context;
+        co_return co_await f();
+      }
+    }
+    static auto call_owned(F f) -> detail::FactoryResult<F> {
+      if constexpr (std::invocable<F&, Context&>) {
+        Context context(*Clock::steady(), false);
+        co_return co_await f(context);
+      } else {
+        co_return co_await f();
+      }
     }
   };
 
@@ -340,7 +386,7 @@ class Shield {
     if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
     const detail::PipelineView& v = p_->view;  // execute() routes only non-empty shields here
     if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
-    Context ctx(*v.clock, true, std::move(stop));
+    Context ctx(*v.clock, v.name, true, std::move(stop));
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
     call.run_sync();
@@ -348,7 +394,7 @@ class Shield {
   }
 
   template <class F>
-  static auto run_factory(Shield self, F factory) -> std::remove_cvref_t<std::invoke_result_t<F&>> {
+  static auto run_factory(Shield self, F factory) -> detail::FactoryResult<F> {
     // use_awaitable, not deferred: Boost 1.81 cannot co_await a deferred operation whose
     // signature is void(std::exception_ptr, T).
     co_return co_await self.execute_async(std::move(factory), boost::asio::use_awaitable);
@@ -363,7 +409,7 @@ class Shield {
     return boost::asio::async_initiate<Token, Sig>(
         [](auto handler, std::shared_ptr<const detail::Pipeline> pipeline, A a) {
           if (pipeline == nullptr) {
-            a(std::move(handler));
+            std::move(a)(std::move(handler));  // the operation may keep what it needs
             return;
           }
           using Handler = std::decay_t<decltype(handler)>;

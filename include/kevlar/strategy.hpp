@@ -61,6 +61,10 @@ struct StrategyTraits {
   /// synchronous execution (Shield::execute, execute_outcome) of a shield holding it throws
   /// std::logic_error before any strategy runs.
   bool asynchronous_only = false;
+  /// A handling clause of the strategy's own (its options' `handles`), used instead of the ambient
+  /// clause (Shield::when) wherever the strategy is added; null: the ambient one. Chain validation
+  /// treats an own clause as distinct from every other clause.
+  std::shared_ptr<const Clause> clause{};
 };
 
 class Strategy;

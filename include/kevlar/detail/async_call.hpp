@@ -289,7 +289,7 @@ class AttemptCall final : public CallBase {
               const std::shared_ptr<const void>& keep_alive, std::size_t blocks)
       : CallBase(parent.pipeline(), frames, context_storage_),
         keep_alive_(keep_alive),
-        context_storage_(parent.context().clock(), false),
+        context_storage_(parent.context().clock(), parent.context().shield_name(), false),
         ex_(std::move(ex)),
         blocks_(blocks) {
     async_ = &steps_;
@@ -438,7 +438,7 @@ class AsyncCall final : public CallBase {
             Handler&& handler, Attempt&& attempt, std::size_t blocks)
       : CallBase(pipeline, frames, context_storage_),
         keep_alive_(std::move(keep_alive)),
-        context_storage_(*pipeline.clock, false),
+        context_storage_(*pipeline.clock, pipeline.name, false),
         handler_(std::move(handler)),
         attempt_(std::move(attempt)),
         blocks_(blocks) {

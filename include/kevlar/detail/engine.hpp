@@ -49,6 +49,8 @@ struct PipelineView {
   std::size_t size = 0;
   std::size_t frame_bytes = 0;  ///< per-execution scratch for all layers, max_align_t aligned
   const Clock* clock = nullptr;
+  /// The shield's name (Shield::with_name), or nullptr: what Context::shield_name() reports.
+  const std::string* name = nullptr;
   /// Some layer's StrategyTraits::needs_executor: refuse handlers without an executor.
   bool needs_executor = false;
   /// Some layer's StrategyTraits::asynchronous_only: refuse synchronous executions.

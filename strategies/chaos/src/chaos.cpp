@@ -61,14 +61,6 @@ const ChaosScopeValues* execution_scope(Context& context) {
   return context.properties().try_get(chaos_scope_key());
 }
 
-/// Runs an asynchronous behaviour with throw_if_cancelled off for its coroutine thread: a
-/// cancellation still aborts the operations it awaits (their errors throw), but co_spawn's own
-/// last step (a post after the behaviour returned) must not throw it out of the executor's run().
-boost::asio::awaitable<void> guarded(boost::asio::awaitable<void> behavior) {
-  co_await boost::asio::this_coro::throw_if_cancelled(false);
-  co_await std::move(behavior);
-}
-
 /// The scope recorded in the execution's context, else this thread's; records nothing.
 const ChaosScopeValues* scope_of(Context& context) noexcept {
   if (const ChaosScopeValues* recorded = context.properties().try_get(chaos_scope_key())) {
@@ -334,53 +326,31 @@ Step ChaosBehaviorStrategy::start(Layer& layer, Frame& f) {
     options_.behavior(layer.context());
     return Step::run_inner;
   }
-  if (layer.synchronous()) {
-    boost::asio::io_context private_context;
-    std::exception_ptr failure;
-    boost::asio::co_spawn(private_context, options_.behavior_async(layer.context()),
-                          [&failure](std::exception_ptr ep) { failure = std::move(ep); });
-    private_context.run();
-    if (failure) std::rethrow_exception(failure);
-    if (layer.context().cancelled()) {  // a deadline or stop request passed meanwhile
-      layer.outcome().set_error(boost::asio::error::operation_aborted);
-      return Step::complete;
-    }
-    return Step::run_inner;
+  if (detail::await_hook(layer, options_.behavior_async(layer.context()), f.hook)) {
+    return Step::suspend;
   }
-  auto ex = layer.executor();
-  boost::asio::co_spawn(ex, guarded(options_.behavior_async(layer.context())),
-                        detail::ChaosBehaviorDone{&f, layer.wait_handler(), ex,
-                                                  layer.cancellation_slot()});
-  return Step::suspend;
-}
-
-void detail::ChaosBehaviorDone::operator()(std::exception_ptr ep) {
-  frame->failure = std::move(ep);
-  // Resumed by a post, not from inside the coroutine's last step: the coroutine (and the
-  // cancellation handler it left in the execution's slot) is finished before the execution
-  // moves on and reuses the slot.
-  boost::asio::post(executor, [h = std::move(resume)]() mutable {
-    std::move(h)(boost::system::error_code());
-  });
+  return after_behavior(layer, f);
 }
 
 Step ChaosBehaviorStrategy::wait_complete(Layer& layer, Frame& f,
                                           const boost::system::error_code& ec) {
-  const bool cancelled = layer.cancelled_from_outside() || layer.context().cancelled();
-  if (f.failure) {
-    if (cancelled && detail::is_cancellation_exception(f.failure)) {
-      // The cancellation reached what the behaviour awaited: a cancellation, as any wait's.
-      layer.outcome().set_error(boost::asio::error::operation_aborted);
-    } else {
-      layer.outcome().set_exception(std::move(f.failure));
-    }
-    return Step::complete;
-  }
-  if (ec) {
+  if (ec) {  // the wait itself failed (it does not, short of abandonment): pass it on
     layer.outcome().set_error(ec);
     return Step::complete;
   }
-  if (cancelled) {
+  return after_behavior(layer, f);
+}
+
+Step ChaosBehaviorStrategy::after_behavior(Layer& layer, Frame& f) {
+  const bool cancelled = layer.cancelled_from_outside() || layer.context().cancelled();
+  if (f.hook.failed) {  // the behaviour's exception is the outcome
+    if (cancelled && layer.outcome().is_cancellation()) {
+      // The cancellation reached what the behaviour awaited: a cancellation, as any wait's.
+      layer.outcome().set_error(boost::asio::error::operation_aborted);
+    }
+    return Step::complete;
+  }
+  if (cancelled) {  // a deadline, stop request or cancellation passed meanwhile
     layer.outcome().set_error(boost::asio::error::operation_aborted);
     return Step::complete;
   }

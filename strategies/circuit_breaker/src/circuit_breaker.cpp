@@ -582,7 +582,9 @@ using Frame = detail::BreakerFrame;
 
 }  // namespace
 
-CircuitBreaker::CircuitBreaker(const CircuitBreakerOptions& options) : core_(options) {}
+CircuitBreaker::CircuitBreaker(const CircuitBreakerOptions& options) : core_(options) {
+  if (options.handles) own_clause_ = std::make_shared<const Clause>(*options.handles);
+}
 
 std::string CircuitBreaker::describe() const {
   const CircuitBreakerOptions& o = core_.options();
@@ -616,6 +618,7 @@ StrategyTraits CircuitBreaker::strategy_traits() const noexcept {
   StrategyTraits t;
   t.role = StrategyRole::reactive;
   t.stateful = true;
+  t.clause = own_clause_;
   return t;
 }
 

@@ -20,6 +20,7 @@ bool finite_stagger(Clock::duration delay) noexcept {
 }  // namespace
 
 HedgeStrategy::HedgeStrategy(HedgeOptions options) : options_(std::move(options)) {
+  if (options_.handles) own_clause_ = std::make_shared<const Clause>(*options_.handles);
   if (options_.max_attempts < 1 || options_.max_attempts > HedgeOptions::max_max_attempts) {
     throw std::invalid_argument("kevlar::HedgeOptions::max_attempts must be between 1 and " +
                                 std::to_string(HedgeOptions::max_max_attempts) + " (got " +
@@ -47,6 +48,7 @@ StrategyTraits HedgeStrategy::strategy_traits() const noexcept {
   t.role = StrategyRole::reactive;
   t.needs_executor = racing;  // the attempts' cancellation and the stagger run on the executor
   t.asynchronous_only = racing;
+  t.clause = own_clause_;
   return t;
 }
 

@@ -284,6 +284,7 @@ RetryStrategy::RetryStrategy(RetryOptions options) : options_(std::move(options)
                                 std::to_string(options_.max_retries) + ")");
   }
   if (options_.max_delay) check_delay("RetryOptions", "max_delay", *options_.max_delay);
+  if (options_.handles) own_clause_ = std::make_shared<const Clause>(*options_.handles);
 }
 
 Clock::duration RetryStrategy::cap(Clock::duration d) const noexcept {
@@ -312,6 +313,7 @@ std::string RetryStrategy::describe() const {
 StrategyTraits RetryStrategy::strategy_traits() const noexcept {
   StrategyTraits t;
   t.role = StrategyRole::reactive;
+  t.clause = own_clause_;
   return t;
 }
 
@@ -341,22 +343,72 @@ Step RetryStrategy::retry(Layer& layer, Frame& f) {
         options_.delay_generator(RetryEvent{attempt, delay, layer.outcome(), layer.context()});
     if (generated && *generated >= Clock::duration::zero()) delay = cap(*generated);
   }
+  f.delay = delay;
+  if (options_.delay_generator_async) {
+    f.stage = Frame::Stage::delay_generator;
+    Frame* frame = &f;
+    if (detail::await_hook(
+            layer,
+            options_.delay_generator_async(RetryEvent{attempt, delay, layer.outcome(),
+                                                      layer.context()}),
+            f.hook, [this, frame](std::optional<Clock::duration> generated) {
+              if (generated && *generated >= Clock::duration::zero()) {
+                frame->delay = cap(*generated);
+              }
+            })) {
+      return Step::suspend;
+    }
+    if (hook_failed(layer, f)) return Step::complete;
+  }
+  return after_delay_generators(layer, f);
+}
+
+Step RetryStrategy::after_delay_generators(Layer& layer, Frame& f) {
+  const int attempt = f.used;
   if (layer.wants<RetryScheduled>()) {
-    layer.emit(RetryScheduled{attempt, delay, detail::failure_of_outcome(layer.outcome())});
+    layer.emit(RetryScheduled{attempt, f.delay, detail::failure_of_outcome(layer.outcome())});
   }
   if (options_.on_retry) {
-    options_.on_retry(RetryEvent{attempt, delay, layer.outcome(), layer.context()});
+    options_.on_retry(RetryEvent{attempt, f.delay, layer.outcome(), layer.context()});
   }
+  if (options_.on_retry_async) {
+    f.stage = Frame::Stage::on_retry;
+    if (detail::await_hook(layer,
+                           options_.on_retry_async(
+                               RetryEvent{attempt, f.delay, layer.outcome(), layer.context()}),
+                           f.hook)) {
+      return Step::suspend;
+    }
+    if (hook_failed(layer, f)) return Step::complete;
+  }
+  return after_retry_hooks(layer, f);
+}
+
+Step RetryStrategy::after_retry_hooks(Layer& layer, Frame& f) {
   if (caller_cancelled(layer)) {
     layer.outcome().set_error(boost::asio::error::operation_aborted);
     return Step::complete;
   }
-  if (delay > Clock::duration::zero()) return layer.wait_for(delay);
+  f.stage = Frame::Stage::backoff;
+  if (f.delay > Clock::duration::zero()) return layer.wait_for(f.delay);
   return Step::run_inner;
 }
 
+bool RetryStrategy::hook_failed(Layer& layer, const Frame& f) {
+  if (!f.hook.failed) return false;
+  // The hook's exception is the outcome; a cancellation the caller asked for is reported as one.
+  if (caller_cancelled(layer) && layer.outcome().is_cancellation()) {
+    layer.outcome().set_error(boost::asio::error::operation_aborted);
+  }
+  return true;
+}
+
 Step RetryStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
-  (void)f;
+  if (!ec && f.stage != Frame::Stage::backoff) {  // an awaited hook ended
+    if (hook_failed(layer, f)) return Step::complete;
+    return f.stage == Frame::Stage::delay_generator ? after_delay_generators(layer, f)
+                                                    : after_retry_hooks(layer, f);
+  }
   if (ec) {
     layer.outcome().set_error(ec);
     return Step::complete;

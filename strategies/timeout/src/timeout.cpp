@@ -92,12 +92,13 @@ Step TimeoutStrategy::inner_complete(Layer& layer, Frame& f) {
   const Clock::time_point previous = f.previous.time;
   disarm(layer, f);
   if (layer.outcome().has_value()) return Step::complete;  // a success passes unchanged
-  return judge_failure(layer, f.deadline, previous, f.budget);
+  return judge_failure(layer, f, previous);
 }
 
-[[gnu::noinline]] Step TimeoutStrategy::judge_failure(Layer& layer, Clock::time_point deadline,
-                                                      Clock::time_point previous,
-                                                      Clock::duration budget) {
+[[gnu::noinline]] Step TimeoutStrategy::judge_failure(Layer& layer, Frame& f,
+                                                      Clock::time_point previous) {
+  const Clock::time_point deadline = f.deadline;
+  const Clock::duration budget = f.budget;
   OutcomeRef outcome = layer.outcome();
   if (!outcome.is_cancellation()) return Step::complete;  // another failure: unchanged
   // It was this timeout if it cancelled the inner part, or if its deadline has passed (the expiry
@@ -112,6 +113,28 @@ Step TimeoutStrategy::inner_complete(Layer& layer, Frame& f) {
   outcome.set_error(make_error_code(errc::timeout));
   layer.emit(TimeoutFired{budget});
   if (options_.on_timeout) options_.on_timeout(TimeoutEvent{budget, layer.context()});
+  if (options_.on_timeout_async &&
+      detail::await_hook(layer, options_.on_timeout_async(TimeoutEvent{budget, layer.context()}),
+                         f.hook)) {
+    return Step::suspend;
+  }
+  return after_hook(layer, f);
+}
+
+Step TimeoutStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
+  if (ec) {
+    layer.outcome().set_error(ec);
+    return Step::complete;
+  }
+  return after_hook(layer, f);
+}
+
+Step TimeoutStrategy::after_hook(Layer& layer, Frame& f) {
+  // Reached only after judging a timeout; `hook` is written only by await_hook.
+  if (options_.on_timeout_async && f.hook.failed && layer.outcome().is_cancellation()) {
+    // The caller's cancellation ended the hook: the call timed out all the same.
+    layer.outcome().set_error(make_error_code(errc::timeout));
+  }
   return Step::complete;
 }
 

@@ -4,13 +4,12 @@
 
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/detail/await_hook.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/shield.hpp>
 #include <kevlar/strategy.hpp>
 
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/cancellation_signal.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <atomic>
@@ -353,22 +352,7 @@ struct ChaosBehaviorOptions {
 namespace detail {
 /// ChaosBehaviorStrategy's per-execution state.
 struct ChaosBehaviorFrame {
-  std::exception_ptr failure;  ///< what the asynchronous behaviour threw
-};
-
-/// The completion of an asynchronous behaviour's coroutine: it carries the execution's
-/// cancellation slot (so cancellation reaches the coroutine) and no executor of its own (so that
-/// co_spawn forwards a cancellation inline, not through a dispatch that could outlive the
-/// coroutine); it completes on the execution's executor, co_spawn's default.
-struct ChaosBehaviorDone {
-  using cancellation_slot_type = boost::asio::cancellation_slot;
-  ChaosBehaviorFrame* frame;
-  WaitHandler resume;
-  boost::asio::any_io_executor executor;
-  boost::asio::cancellation_slot slot;
-
-  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept { return slot; }
-  void operator()(std::exception_ptr ep);
+  HookEnd hook;  ///< how the asynchronous behaviour ended
 };
 }  // namespace detail
 
@@ -406,6 +390,9 @@ class ChaosBehaviorStrategy final
   [[nodiscard]] const ChaosBehaviorOptions& options() const noexcept { return options_; }
 
  private:
+  /// After the asynchronous behaviour ended: its failure, a cancellation, or the inner part.
+  static Step after_behavior(Layer& layer, Frame& f);
+
   ChaosBehaviorOptions options_;
   detail::ChaosCore core_;
 };

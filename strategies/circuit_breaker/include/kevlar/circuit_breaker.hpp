@@ -1,6 +1,7 @@
 // kevlar — the circuit breaker: stops calling a dependency that keeps failing, then probes it.
 #pragma once
 
+#include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/shield.hpp>
@@ -111,6 +112,9 @@ struct CircuitBreakerOptions {
   /// Called for every state change, in order, one at a time, outside the breaker's lock, on the
   /// thread of the call that caused it (see CircuitBreaker for the delivery rules).
   std::function<void(const CircuitStateChange&)> on_state_changed;
+  /// The outcomes this breaker counts as failures, instead of the ambient clause (Shield::when) in
+  /// force where it is added (Kevlar's HandlesException / HandlesResult). Unset: the ambient one.
+  std::optional<Clause> handles;
   /// Half-open: probes admitted at the same time (>= 1). Others are rejected without retry_after.
   int half_open_probes = 1;
   /// Half-open: successful probes needed to close the circuit (>= 1). Probes keep being admitted
@@ -463,6 +467,7 @@ class CircuitBreaker final : public BasicStrategy<CircuitBreaker, detail::Breake
   /// The layer's transition source, bound to this breaker's core.
   [[nodiscard]] detail::TransitionSource transition_source(const Layer& layer) const noexcept;
   CircuitBreakerCore core_;
+  std::shared_ptr<const Clause> own_clause_;  ///< options().handles
 };
 
 }  // namespace kevlar

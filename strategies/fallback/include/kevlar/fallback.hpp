@@ -1,7 +1,9 @@
 // kevlar — the fallback strategy: replace a handled failure (or bad result) with a value.
 #pragma once
 
+#include <kevlar/clause.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/detail/await_hook.hpp>
 #include <kevlar/detail/observer_layers.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/outcome.hpp>
@@ -37,12 +39,16 @@ struct FallbackEvent {
 /// any other value type whose failure the clause handles fails with `errc::invalid_result_type`
 /// (kevlar::Error from execute()); its successes pass through.
 ///
-/// Hooks are synchronous: they run inline on the completion path of the handled call. Kevlar's
-/// OnFallbackAsync has no counterpart — an asynchronous hook would need a scheduler hop and an
-/// allocation on every fallback; asynchronous recovery work belongs in a strategy of its own (see
-/// <kevlar/strategy.hpp>). A hook or recovery that throws ends the execution with that exception
-/// (the same object); a hook's exception skips the recovery. Hooks and recovery run concurrently
-/// for concurrent executions and must be thread-safe.
+/// Order: on_fallback, on_fallback_async, then recovery_async, recovery or value (Kevlar's). The
+/// synchronous ones run inline on the completion path of the handled call. The asynchronous ones
+/// (Kevlar's OnFallbackAsync and asynchronous fallback action) are awaited: spawned on the
+/// execution's executor with its cancellation slot in an asynchronous execution (the caller's
+/// cancellation, or a timeout outside, aborts what they await, and the call then completes with
+/// `operation_aborted`), run to completion on a private io_context in a synchronous one; a fallback
+/// with either declares StrategyTraits::needs_executor. Unset, they cost nothing. A hook or
+/// recovery that throws ends the execution with that exception (the same object); a hook's
+/// exception skips the recovery. Hooks and recovery run concurrently for concurrent executions and
+/// must be thread-safe.
 template <class T>
 struct FallbackOptions {
   /// The replacement value.
@@ -50,14 +56,58 @@ struct FallbackOptions {
   /// Computes the replacement from the handled outcome and the execution's context (the context's
   /// cancelled() tells whether the caller gave up; the recovery is still run).
   std::function<T(const Outcome<T>&, Context&)> recovery;
+  /// Computes the replacement asynchronously (Kevlar's asynchronous fallback action), instead of
+  /// `value` or `recovery`: given the handled outcome and the context, awaited (see the class
+  /// comment for where it runs and how cancellation reaches it).
+  std::function<boost::asio::awaitable<T>(Outcome<T>, Context&)> recovery_async;
   /// Told about each fallback before the recovery runs.
   std::function<void(const FallbackEvent<T>&)> on_fallback;
+  /// Awaited after on_fallback, before the recovery (Kevlar's OnFallbackAsync). The event's
+  /// outcome and context stay valid while it runs.
+  std::function<boost::asio::awaitable<void>(FallbackEvent<T>)> on_fallback_async;
+  /// The outcomes this fallback replaces, instead of the ambient clause (Shield::when) where it is
+  /// added (Kevlar's HandlesException / HandlesResult). A fallback with its own clause is never
+  /// refused as unreachable: the chain cannot compare two clauses' predicates.
+  std::optional<Clause> handles;
+};
+
+/// Options of a fallback for calls without a value: `Shield::execute` of a void function, or an
+/// Asio operation with signature `void(error_code)` (or `void(exception_ptr)`). A handled failure
+/// becomes a success, after the recovery (if any) ran: use it to log, compensate or fill a cache
+/// the caller will read. Copied into the strategy when the shield is built.
+///
+/// A call with a value (of any type) whose failure the clause handles fails with
+/// `errc::invalid_result_type`; its successes pass through.
+template <>
+struct FallbackOptions<void> {
+  /// Run for each handled failure (the context's cancelled() tells whether the caller gave up; the
+  /// recovery is still run); if it returns, the call succeeds. Optional: without it the handled
+  /// failure simply becomes a success.
+  std::function<void(const Outcome<void>&, Context&)> recovery;
+  /// The same, awaited, instead of `recovery`.
+  std::function<boost::asio::awaitable<void>(Outcome<void>, Context&)> recovery_async;
+  /// Told about each fallback before the recovery runs.
+  std::function<void(const FallbackEvent<void>&)> on_fallback;
+  /// Awaited after on_fallback, before the recovery.
+  std::function<boost::asio::awaitable<void>(FallbackEvent<void>)> on_fallback_async;
+  /// As FallbackOptions<T>::handles.
+  std::optional<Clause> handles;
 };
 
 namespace detail {
 
 /// Throws std::invalid_argument unless exactly one of `value` and `recovery` is set.
 void check_fallback_options(bool has_value, bool has_recovery);
+/// Throws std::invalid_argument if both `recovery` and `recovery_async` are set.
+void check_fallback_recoveries(bool has_recovery, bool has_recovery_async);
+
+/// The value outcome of `o` as an Outcome<T> (T not void).
+template <class T>
+Outcome<T> value_outcome(const OutcomeRef& o) {
+  const T* v = o.value_if<T>();
+  if (v == nullptr) return Outcome<T>::from_error(make_error_code(errc::invalid_result_type));
+  return Outcome<T>::from_value(*v);
+}
 
 /// A copy of `o` as an Outcome<T>; the caller checked that the call's value type is T.
 template <class T>
@@ -70,10 +120,13 @@ Outcome<T> outcome_of(const OutcomeRef& o) {
     case OutcomeKind::value:
       break;
   }
-  const T* v = o.value_if<T>();
-  if (v == nullptr) return Outcome<T>::from_error(make_error_code(errc::invalid_result_type));
-  return Outcome<T>::from_value(*v);
+  if constexpr (std::is_void_v<T>) {
+    return Outcome<void>::success();  // a success the clause judged a failure
+  } else {
+    return value_outcome<T>(o);
+  }
 }
+
 
 }  // namespace detail
 
@@ -91,15 +144,23 @@ Outcome<T> outcome_of(const OutcomeRef& o) {
 /// nothing. Thread-safety: stateless; one instance serves any number of concurrent executions.
 template <class T>
 class FallbackStrategy final : public Strategy {
-  static_assert(std::is_same_v<T, std::remove_cvref_t<T>> && std::is_copy_constructible_v<T>,
-                "kevlar::FallbackStrategy<T>: T must be a copyable, non-reference, unqualified "
-                "value type");
+  static_assert(std::is_void_v<T> ||
+                    (std::is_same_v<T, std::remove_cvref_t<T>> && std::is_copy_constructible_v<T>),
+                "kevlar::FallbackStrategy<T>: T must be void or a copyable, non-reference, "
+                "unqualified value type");
 
  public:
-  /// Validates `options` (exactly one of value and recovery): std::invalid_argument otherwise.
+  /// Validates `options` (exactly one of value and recovery; for void, both are optional):
+  /// std::invalid_argument otherwise.
   explicit FallbackStrategy(FallbackOptions<T> options) : options_(std::move(options)) {
-    detail::check_fallback_options(options_.value.has_value(),
-                                   static_cast<bool>(options_.recovery));
+    detail::check_fallback_recoveries(static_cast<bool>(options_.recovery),
+                                      static_cast<bool>(options_.recovery_async));
+    if constexpr (!std::is_void_v<T>) {
+      detail::check_fallback_options(
+          options_.value.has_value(),
+          static_cast<bool>(options_.recovery) || static_cast<bool>(options_.recovery_async));
+    }
+    if (options_.handles) own_clause_ = std::make_shared<const Clause>(*options_.handles);
   }
 
   /// The options it was built with.
@@ -108,9 +169,25 @@ class FallbackStrategy final : public Strategy {
   /// `Fallback`.
   [[nodiscard]] std::string describe() const override { return "Fallback"; }
   /// Fallback role (chain validation refuses it inside a reactive strategy with the same
-  /// clause), stateless, no frame.
+  /// clause), stateless; with asynchronous hooks, a frame recording how they ended and the
+  /// call's executor (they are spawned there).
   [[nodiscard]] StrategyTraits traits() const noexcept override {
-    return {StrategyRole::fallback, false, 0, false};
+    StrategyTraits t;
+    t.role = StrategyRole::fallback;
+    t.clause = own_clause_;
+    if (asynchronous()) {
+      t.frame_size = sizeof(detail::HookEnd);
+      t.needs_executor = true;
+    }
+    return t;
+  }
+  /// The asynchronous hooks ended: their failure, or the replacement they produced.
+  Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) override {
+    if (ec) {
+      layer.outcome().set_error(ec);
+      return Step::complete;
+    }
+    return after_async(layer);
   }
   /// Runs the inner part.
   Step on_start(Layer&) override { return Step::run_inner; }
@@ -129,6 +206,21 @@ class FallbackStrategy final : public Strategy {
       return Step::complete;
     }
     if (layer.wants<FallbackTaken>()) layer.emit(FallbackTaken{detail::failure_of_outcome(out)});
+    if (asynchronous()) return replace_async(layer, out);
+    if constexpr (std::is_void_v<T>) {
+      if (options_.on_fallback || options_.recovery) {
+        const Outcome<void> handled = detail::outcome_of<void>(out);
+        if (options_.on_fallback) options_.on_fallback(FallbackEvent<void>{handled, layer.context()});
+        if (options_.recovery) options_.recovery(handled, layer.context());
+      }
+      out.set_success();
+      return Step::complete;
+    } else {
+      return replace_value(layer, out);
+    }
+  }
+
+  Step replace_value(Layer& layer, OutcomeRef out) {
     if (!options_.on_fallback && !options_.recovery) {
       out.set_value(*options_.value);
       return Step::complete;
@@ -144,7 +236,61 @@ class FallbackStrategy final : public Strategy {
     return Step::complete;
   }
 
+  [[nodiscard]] bool asynchronous() const noexcept {
+    return static_cast<bool>(options_.on_fallback_async) ||
+           static_cast<bool>(options_.recovery_async);
+  }
+
+  /// on_fallback, then the awaited part (on_fallback_async, the recovery) in one coroutine that
+  /// owns the handled outcome its event refers to.
+  Step replace_async(Layer& layer, OutcomeRef out) {
+    Outcome<T> handled = detail::outcome_of<T>(out);
+    if (options_.on_fallback) options_.on_fallback(FallbackEvent<T>{handled, layer.context()});
+    auto* end = ::new (layer.frame()) detail::HookEnd{false};
+    bool suspended = false;
+    if constexpr (std::is_void_v<T>) {
+      suspended =
+          detail::await_hook(layer, recover(options_, std::move(handled), layer.context()), *end);
+    } else {
+      suspended = detail::await_hook(layer, recover(options_, std::move(handled), layer.context()),
+                                     *end, [out](T v) mutable { out.set_value(v); });
+    }
+    return suspended ? Step::suspend : after_async(layer);
+  }
+
+  static boost::asio::awaitable<T> recover(const FallbackOptions<T>& o, Outcome<T> handled,
+                                           Context& context) {
+    if (o.on_fallback_async) co_await o.on_fallback_async(FallbackEvent<T>{handled, context});
+    if constexpr (std::is_void_v<T>) {
+      if (o.recovery_async) {
+        co_await o.recovery_async(std::move(handled), context);
+      } else if (o.recovery) {
+        o.recovery(handled, context);
+      }
+    } else {
+      if (o.recovery_async) co_return co_await o.recovery_async(std::move(handled), context);
+      if (o.recovery) co_return o.recovery(handled, context);
+      co_return *o.value;
+    }
+  }
+
+  /// The awaited part ended: a failure (the caller's cancellation is reported as one), or success.
+  Step after_async(Layer& layer) {
+    const detail::HookEnd& end = layer.frame_as<detail::HookEnd>();
+    OutcomeRef out = layer.outcome();
+    if (end.failed) {
+      if ((layer.cancelled_from_outside() || layer.context().cancelled()) &&
+          out.is_cancellation()) {
+        out.set_error(boost::asio::error::operation_aborted);
+      }
+      return Step::complete;
+    }
+    if constexpr (std::is_void_v<T>) out.set_success();  // a value was set as it arrived
+    return Step::complete;
+  }
+
   FallbackOptions<T> options_;
+  std::shared_ptr<const Clause> own_clause_;  ///< options_.handles
 };
 
 template <class T>

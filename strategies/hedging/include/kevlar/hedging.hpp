@@ -1,6 +1,7 @@
 // kevlar — the hedging strategy: when an attempt is slow, start another; the first good one wins.
 #pragma once
 
+#include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/deadline_queue.hpp>
@@ -52,6 +53,9 @@ struct HedgeOptions {
   /// the way to send attempts >= 2 elsewhere (another replica). An exception it throws is handled
   /// as on_hedge's.
   std::function<void(const HedgeActionArguments&)> action_generator;
+  /// The outcomes this hedge treats as failures (launching the next attempt, never winning),
+  /// instead of the ambient clause (Shield::when) where it is added. Unset: the ambient one.
+  std::optional<Clause> handles;
 };
 
 namespace detail {
@@ -129,6 +133,7 @@ class HedgeStrategy final : public BasicStrategy<HedgeStrategy, detail::HedgeFra
   static void disarm(Frame& f) noexcept;
 
   HedgeOptions options_;
+  std::shared_ptr<const Clause> own_clause_;  ///< options_.handles
 };
 
 }  // namespace kevlar

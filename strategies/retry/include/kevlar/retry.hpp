@@ -1,7 +1,9 @@
 // kevlar — the retry strategy and its backoff: re-run a call whose outcome the clause handles.
 #pragma once
 
+#include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
+#include <kevlar/detail/await_hook.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/shield.hpp>
@@ -172,15 +174,18 @@ struct RetryEvent {
 /// Options of the retry strategy, with Kevlar's defaults. Copied into the strategy when the shield
 /// is built: changing an options object afterwards changes nothing.
 ///
-/// Hooks are synchronous `std::function`s run inline on the execution's completion path (the
+/// Synchronous hooks are `std::function`s run inline on the execution's completion path (the
 /// thread or executor that completed the failed call), one execution at a time but concurrently
-/// across executions: they must be thread-safe and quick. There are no asynchronous hook variants
-/// (Kevlar's OnRetryAsync / DelayGeneratorAsync): an asynchronous hook would need a scheduler hop
-/// and an allocation per retry; work that must itself be asynchronous belongs in a strategy of its
-/// own (see <kevlar/strategy.hpp>), which can wait with Layer::wait_handler().
+/// across executions: they must be thread-safe and quick. The asynchronous ones (Kevlar's
+/// DelayGeneratorAsync / OnRetryAsync) are coroutines the retry awaits, in Kevlar's order:
+/// delay_generator, delay_generator_async, on_retry, on_retry_async, then the wait. In an
+/// asynchronous execution they are spawned on the execution's executor with its cancellation slot
+/// (the caller's cancellation, or a timeout outside, aborts what they await); in a synchronous one
+/// they run to completion on a private io_context. Unset, they cost nothing.
 ///
 /// A hook or generator that throws ends the execution with that exception (the same object): no
-/// later hook runs and no further call is made.
+/// later hook runs and no further call is made. An asynchronous hook ended by the caller's
+/// cancellation ends the execution with `operation_aborted`.
 struct RetryOptions {
   /// Retries after the first call (at most max_retries + 1 calls); 0 never retries;
   /// kevlar::retry_forever retries without limit. Must not be negative.
@@ -193,18 +198,33 @@ struct RetryOptions {
   /// it (then capped by max_delay); std::nullopt or a negative value keeps it. Typical use:
   /// honouring a server's "retry after" (e.g. kevlar::Error::retry_after()).
   std::function<std::optional<Clock::duration>(const RetryEvent&)> delay_generator;
+  /// Awaited after delay_generator, with the delay so far (RetryEvent::delay): a returned value
+  /// >= 0 replaces it (then capped by max_delay); std::nullopt or a negative value keeps it. The
+  /// event's outcome and context stay valid while it runs.
+  std::function<boost::asio::awaitable<std::optional<Clock::duration>>(RetryEvent)>
+      delay_generator_async;
   /// Told about each retry, with the final delay, before the wait starts.
   std::function<void(const RetryEvent&)> on_retry;
+  /// Awaited after on_retry, with the final delay, before the wait starts.
+  std::function<boost::asio::awaitable<void>(RetryEvent)> on_retry_async;
+  /// The outcomes this retry handles, instead of the ambient clause (Shield::when) in force where
+  /// it is added (Kevlar's HandlesException / HandlesResult). Unset: the ambient clause.
+  std::optional<Clause> handles;
 };
 
 namespace detail {
 /// A retry's per-execution state.
 struct RetryFrame {
-  /// Only `used` is set: `previous` is written before it is first read (the happy path, which
+  /// What the retry waits for when it returns Step::wait or Step::suspend.
+  enum class Stage : unsigned char { backoff, delay_generator, on_retry };
+  /// Only `used` is set: the rest is written before it is first read (the happy path, which
   /// never retries, stores one int).
   RetryFrame() noexcept : used(0) {}
   int used;                  ///< retries used by the execution
   Clock::duration previous;  ///< the backoff's delay for the last retry (decorrelated jitter)
+  Clock::duration delay;     ///< the retry being decided: its delay so far
+  Stage stage;               ///< the pending wait
+  HookEnd hook;              ///< how an awaited hook ended
 };
 }  // namespace detail
 
@@ -216,8 +236,9 @@ struct RetryFrame {
 /// Per failed call: it stops — the outcome surfaces unchanged, so exhausted retries surface the
 /// last failure — when the retries are used up, the clause does not handle the outcome, or the
 /// caller has cancelled (the original failure is returned, not a cancellation). Otherwise: delay =
-/// backoff.delay(n, previous), capped by max_delay; delay_generator; capped again; on_retry; if the caller
-/// cancelled during the hooks the execution ends with `operation_aborted`; wait `delay` (a
+/// backoff.delay(n, previous), capped by max_delay; delay_generator, then delay_generator_async,
+/// each result capped again; on_retry, then on_retry_async; if the caller cancelled during the
+/// hooks the execution ends with `operation_aborted`; wait `delay` (a
 /// cancellation during the wait ends it with `operation_aborted`); call again. Caller
 /// cancellation means the caller's stop token or cancellation slot, or a strategy outside this
 /// one (a timeout's budget).
@@ -256,8 +277,14 @@ class RetryStrategy final : public BasicStrategy<RetryStrategy, detail::RetryFra
   [[nodiscard]] Clock::duration cap(Clock::duration d) const noexcept;
   /// The handled-failure path of on_inner_complete, out of line to keep the success path short.
   [[gnu::noinline]] Step retry(Layer& layer, Frame& f);
+  /// The decision's steps after the delay generators, and after the retry hooks.
+  Step after_delay_generators(Layer& layer, Frame& f);
+  Step after_retry_hooks(Layer& layer, Frame& f);
+  /// An awaited hook ended: its failure (or the caller's cancellation) ends the execution.
+  [[nodiscard]] static bool hook_failed(Layer& layer, const Frame& f);
 
   RetryOptions options_;
+  std::shared_ptr<const Clause> own_clause_;  ///< options_.handles, shared with the pipeline
 };
 
 }  // namespace kevlar

@@ -3,6 +3,7 @@
 
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/detail/await_hook.hpp>
 #include <kevlar/detail/deadline_queue.hpp>
 #include <kevlar/shield.hpp>
 #include <kevlar/strategy.hpp>
@@ -33,6 +34,11 @@ struct TimeoutOptions {
   /// Called when this timeout expires, before the call completes with `errc::timeout`. An
   /// exception it throws becomes the outcome instead.
   std::function<void(const TimeoutEvent&)> on_timeout;
+  /// Awaited after on_timeout (Kevlar's OnTimeoutAsync): spawned on the execution's executor with
+  /// its cancellation slot in an asynchronous execution, run to completion on a private
+  /// io_context in a synchronous one. An exception it throws becomes the outcome instead; if the
+  /// caller's cancellation ends it, the call still reports `errc::timeout`.
+  std::function<boost::asio::awaitable<void>(TimeoutEvent)> on_timeout_async;
 
   /// The longest supported budget (Kevlar's: 2^32 - 2 ms, about 49.7 days).
   static constexpr Clock::duration max_timeout = std::chrono::milliseconds(4294967294LL);
@@ -55,6 +61,7 @@ struct TimeoutFrame {
   Clock::duration budget{};
   bool armed = false;
   bool deadline_set = false;
+  HookEnd hook;  ///< how on_timeout_async ended (written before it is read)
 };
 
 }  // namespace detail
@@ -99,6 +106,8 @@ class TimeoutStrategy final : public BasicStrategy<TimeoutStrategy, detail::Time
   Step start(Layer& layer, Frame& f);
   /// Disarms, then reports a cancellation this timeout caused as `errc::timeout`.
   Step inner_complete(Layer& layer, Frame& f);
+  /// on_timeout_async ended: its exception, or `errc::timeout`.
+  Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
   /// Disarms and restores the previous deadline (also when abandoned).
   void finish(Layer& layer, Frame& f) noexcept;
 
@@ -111,8 +120,9 @@ class TimeoutStrategy final : public BasicStrategy<TimeoutStrategy, detail::Time
 
  private:
   /// The inner part failed: decides whether the failure is this timeout's expiry.
-  Step judge_failure(Layer& layer, Clock::time_point deadline, Clock::time_point previous,
-                     Clock::duration budget);
+  Step judge_failure(Layer& layer, Frame& f, Clock::time_point previous);
+  /// After on_timeout_async (or at once without it).
+  Step after_hook(Layer& layer, Frame& f);
 
   TimeoutOptions options_;
 };

@@ -1,0 +1,172 @@
+// The fallback's asynchronous hooks (on_fallback_async) and asynchronous recovery
+// (recovery_async): Kevlar's order, every execution shape, failures, and the caller's
+// cancellation reaching what they await.
+#include <kevlar/fallback.hpp>
+#include <kevlar/timeout.hpp>
+
+#include <core/async_ops.hpp>
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kevlar {
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+struct Down : std::runtime_error {
+  Down() : std::runtime_error("down") {}
+};
+
+FallbackOptions<int> recorded(std::vector<std::string>& log) {
+  FallbackOptions<int> o;
+  o.on_fallback = [&log](const FallbackEvent<int>&) { log.emplace_back("on_fallback"); };
+  o.on_fallback_async = [&log](FallbackEvent<int> e) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    log.emplace_back(std::string("on_fallback_async:") +
+                     (e.outcome.has_exception() ? "exception" : "error"));
+  };
+  o.recovery_async = [&log](Outcome<int> failed, Context&) -> asio::awaitable<int> {
+    co_await asio::post(asio::use_awaitable);
+    log.emplace_back("recovery_async");
+    co_return failed.has_error() ? -2 : -1;
+  };
+  return o;
+}
+
+TEST(FallbackAsyncHooks, ASynchronousCallAwaitsThemInOrder) {
+  std::vector<std::string> log;
+  const Shield shield = Shield{}.fallback(recorded(log));
+  EXPECT_EQ(shield.execute([]() -> int { throw Down(); }), -1);
+  EXPECT_EQ(log, (std::vector<std::string>{"on_fallback", "on_fallback_async:exception",
+                                           "recovery_async"}));
+  EXPECT_EQ(shield.execute([] { return 4; }), 4);  // a success passes untouched
+  EXPECT_EQ(log.size(), 3u);
+}
+
+TEST(FallbackAsyncHooks, AnAsynchronousCallGetsTheRecoveredValue) {
+  std::vector<std::string> log;
+  asio::io_context io;
+  std::optional<std::pair<error_code, int>> got;
+  Shield{}.fallback(recorded(log)).execute_async(
+      [&](auto token) {
+        return test::async_answer(io.get_executor(), asio::error::connection_reset, 0,
+                                  std::move(token));
+      },
+      asio::bind_executor(io, [&](error_code ec, int v) { got.emplace(ec, v); }));
+  io.run();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_FALSE(got->first);
+  EXPECT_EQ(got->second, -2);
+  EXPECT_EQ(log, (std::vector<std::string>{"on_fallback", "on_fallback_async:error",
+                                           "recovery_async"}));
+}
+
+TEST(FallbackAsyncHooks, ACoroutineCallRecoversToo) {
+  std::vector<std::string> log;
+  asio::io_context io;
+  int result = 0;
+  const Shield shield = Shield{}.fallback(recorded(log));
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        result = co_await shield.execute_async([]() -> asio::awaitable<int> {
+          co_await asio::post(asio::use_awaitable);
+          throw Down();
+        });
+      },
+      asio::detached);
+  io.run();
+  EXPECT_EQ(result, -1);
+}
+
+TEST(FallbackAsyncHooks, AFailingHookSkipsTheRecoveryAndIsTheOutcome) {
+  FallbackOptions<int> o;
+  bool recovered = false;
+  o.on_fallback_async = [](FallbackEvent<int>) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    throw std::domain_error("hook");
+  };
+  o.recovery = [&recovered](const Outcome<int>&, Context&) {
+    recovered = true;
+    return 0;
+  };
+  const Outcome<int> out = Shield{}.fallback(o).execute_outcome([]() -> int { throw Down(); });
+  ASSERT_TRUE(out.has_exception());
+  EXPECT_THROW(std::rethrow_exception(out.exception()), std::domain_error);
+  EXPECT_FALSE(recovered);
+}
+
+TEST(FallbackAsyncHooks, TheCallersCancellationReachesTheAsynchronousRecovery) {
+  asio::io_context io;
+  asio::steady_timer hour(io, std::chrono::hours(1));
+  asio::cancellation_signal cancel;
+  FallbackOptions<int> o;
+  o.recovery_async = [&](Outcome<int>, Context&) -> asio::awaitable<int> {
+    co_await hour.async_wait(asio::use_awaitable);
+    co_return 1;
+  };
+  std::optional<error_code> got;
+  Shield{}.fallback(o).execute_async(
+      [&](auto token) {
+        return test::async_answer(io.get_executor(), asio::error::connection_reset, 0,
+                                  std::move(token));
+      },
+      asio::bind_cancellation_slot(cancel.slot(),
+                                   asio::bind_executor(io, [&](error_code ec, int) { got = ec; })));
+  for (int i = 0; i < 5; ++i) io.poll();
+  EXPECT_FALSE(got.has_value());
+  cancel.emit(asio::cancellation_type::terminal);
+  for (int i = 0; i < 10 && !got; ++i) {
+    io.restart();
+    io.poll();
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, asio::error::operation_aborted);
+}
+
+TEST(FallbackAsyncHooks, VoidCallsAwaitTheirRecovery) {
+  std::vector<std::string> log;
+  FallbackOptions<void> o;
+  o.on_fallback_async = [&log](FallbackEvent<void>) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    log.emplace_back("hook");
+  };
+  o.recovery_async = [&log](Outcome<void> failed, Context&) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    log.emplace_back(failed.has_exception() ? "recovered exception" : "recovered");
+  };
+  Shield{}.fallback(o).execute([] { throw Down(); });
+  EXPECT_EQ(log, (std::vector<std::string>{"hook", "recovered exception"}));
+}
+
+TEST(FallbackAsyncHooks, OptionsAreValidated) {
+  FallbackOptions<int> both;
+  both.recovery = [](const Outcome<int>&, Context&) { return 1; };
+  both.recovery_async = [](Outcome<int>, Context&) -> asio::awaitable<int> { co_return 1; };
+  EXPECT_THROW((void)Shield{}.fallback(both), std::invalid_argument);
+  FallbackOptions<int> async_only;
+  async_only.recovery_async = [](Outcome<int>, Context&) -> asio::awaitable<int> { co_return 1; };
+  EXPECT_NO_THROW((void)Shield{}.fallback(async_only));
+  async_only.value = 3;
+  EXPECT_THROW((void)Shield{}.fallback(async_only), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kevlar

@@ -1,0 +1,226 @@
+// The retry's asynchronous hooks (Kevlar's DelayGeneratorAsync and OnRetryAsync): their order with
+// the synchronous ones, the delay rules, failures that end the execution, the caller's
+// cancellation reaching what they await, and both execution shapes.
+#include <kevlar/retry.hpp>
+#include <kevlar/timeout.hpp>
+
+#include <core/async_ops.hpp>
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kevlar {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+struct Down : std::runtime_error {
+  Down() : std::runtime_error("down") {}
+};
+
+/// Options whose four hooks record their order and the delay they were given; the asynchronous
+/// generator returns `async_delay`.
+RetryOptions recorded(std::vector<std::string>& log, std::optional<Clock::duration> async_delay) {
+  RetryOptions r;
+  r.max_retries = 1;
+  r.backoff = Backoff::constant(1h);
+  r.delay_generator = [&log](const RetryEvent& e) -> std::optional<Clock::duration> {
+    log.push_back("gen:" + std::to_string(e.delay / 1ms));
+    return 5s;
+  };
+  r.delay_generator_async =
+      [&log, async_delay](RetryEvent e) -> asio::awaitable<std::optional<Clock::duration>> {
+    co_await asio::post(asio::use_awaitable);  // really suspends
+    log.push_back("gen_async:" + std::to_string(e.delay / 1ms) + ":" +
+                  std::to_string(e.context.attempt()));
+    co_return async_delay;
+  };
+  r.on_retry = [&log](const RetryEvent& e) { log.push_back("on_retry:" + std::to_string(e.delay / 1ms)); };
+  r.on_retry_async = [&log](RetryEvent e) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    log.push_back("on_retry_async:" + std::to_string(e.delay / 1ms) + ":" +
+                  (e.outcome.has_exception() ? "exception" : "error"));
+  };
+  return r;
+}
+
+TEST(RetryAsyncHooks, SynchronousExecutionsAwaitThemInKevlarsOrder) {
+  std::vector<std::string> log;
+  // The asynchronous generator's 0 replaces the synchronous one's 5 s: no wait at all, so the
+  // synchronous call does not block on the clock.
+  const Shield shield = Shield{}.retry(recorded(log, 0ms)).with_clock(ManualClock::create());
+  int calls = 0;
+  EXPECT_EQ(shield.execute([&]() -> int {
+    if (++calls == 1) throw Down();
+    return 7;
+  }),
+            7);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(log, (std::vector<std::string>{"gen:3600000", "gen_async:5000:1", "on_retry:0",
+                                           "on_retry_async:0:exception"}));
+}
+
+TEST(RetryAsyncHooks, AnEmptyOrNegativeAsyncResultKeepsTheDelayAndTheCapApplies) {
+  std::vector<std::string> log;
+  asio::io_context io;
+  auto clock = ManualClock::create();
+  RetryOptions r = recorded(log, std::nullopt);
+  r.max_delay = 4s;  // caps the synchronous generator's 5 s
+  std::optional<int> got;
+  int calls = 0;
+  Shield{}.retry(r).with_clock(clock).execute_async(
+      [&](auto token) {
+        return test::async_answer(io.get_executor(),
+                                  ++calls == 1 ? error_code(asio::error::connection_reset)
+                                               : error_code(),
+                                  9, std::move(token));
+      },
+      asio::bind_executor(io, [&](error_code ec, int v) {
+        EXPECT_FALSE(ec);
+        got = v;
+      }));
+  for (int i = 0; i < 10; ++i) {  // the hooks run; then the backoff waits on the manual clock
+    io.restart();
+    io.poll();
+  }
+  // The backoff's 1 h is capped to 4 s before the generators see it; the synchronous generator's
+  // 5 s is capped again; the asynchronous one's nullopt keeps it.
+  EXPECT_EQ(log, (std::vector<std::string>{"gen:4000", "gen_async:4000:1", "on_retry:4000",
+                                           "on_retry_async:4000:error"}));
+  EXPECT_EQ(clock->pending_deadlines().size(), 1u);  // the 4 s backoff, after the hooks
+  EXPECT_EQ(clock->pending_deadlines()[0] - clock->now(), 4s);
+  clock->advance(4s);
+  for (int i = 0; i < 10 && !got; ++i) {
+    io.restart();
+    io.poll();
+  }
+  EXPECT_EQ(got, 9);
+  EXPECT_EQ(calls, 2);
+}
+
+TEST(RetryAsyncHooks, AFailingAsyncGeneratorSkipsTheRestAndIsTheOutcome) {
+  RetryOptions r;
+  r.max_retries = 3;
+  r.backoff = Backoff::none();
+  int notified = 0;
+  r.delay_generator_async = [](RetryEvent) -> asio::awaitable<std::optional<Clock::duration>> {
+    co_await asio::post(asio::use_awaitable);
+    throw std::domain_error("generator");
+  };
+  r.on_retry = [&notified](const RetryEvent&) { ++notified; };
+  int calls = 0;
+  const Outcome<int> out = Shield{}.retry(r).execute_outcome([&]() -> int {
+    ++calls;
+    throw Down();
+  });
+  ASSERT_TRUE(out.has_exception());
+  EXPECT_THROW(std::rethrow_exception(out.exception()), std::domain_error);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(notified, 0);
+}
+
+TEST(RetryAsyncHooks, AFailingOnRetryAsyncEndsTheExecutionAsynchronouslyToo) {
+  asio::io_context io;
+  RetryOptions r;
+  r.max_retries = 3;
+  r.backoff = Backoff::none();
+  r.on_retry_async = [](RetryEvent) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    throw std::domain_error("hook");
+  };
+  int calls = 0;
+  std::optional<error_code> got;
+  Shield{}.retry(r).execute_async(
+      [&](auto token) {
+        ++calls;
+        return test::async_answer(io.get_executor(), asio::error::connection_reset, 0,
+                                  std::move(token));
+      },
+      asio::bind_executor(io, [&](error_code ec, int) { got = ec; }));
+  io.run();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::callback_exception);  // an error-code completion cannot carry it
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(RetryAsyncHooks, TheCallersCancellationReachesWhatAHookAwaits) {
+  asio::io_context io;
+  asio::steady_timer hour(io, std::chrono::hours(1));
+  asio::cancellation_signal cancel;
+  RetryOptions r;
+  r.max_retries = 3;
+  r.backoff = Backoff::none();
+  bool hook_returned = false;
+  r.on_retry_async = [&](RetryEvent) -> asio::awaitable<void> {
+    co_await hour.async_wait(asio::use_awaitable);
+    hook_returned = true;
+  };
+  int calls = 0;
+  std::optional<error_code> got;
+  Shield{}.retry(r).execute_async(
+      [&](auto token) {
+        ++calls;
+        return test::async_answer(io.get_executor(), asio::error::connection_reset, 0,
+                                  std::move(token));
+      },
+      asio::bind_cancellation_slot(cancel.slot(),
+                                   asio::bind_executor(io, [&](error_code ec, int) { got = ec; })));
+  for (int i = 0; i < 5; ++i) io.poll();  // the call failed and the hook waits on the timer
+  EXPECT_FALSE(got.has_value());
+  cancel.emit(asio::cancellation_type::terminal);
+  for (int i = 0; i < 10 && !got; ++i) {
+    io.restart();
+    io.poll();
+  }
+  ASSERT_TRUE(got.has_value()) << "the hook's wait was not cancelled";
+  EXPECT_EQ(*got, asio::error::operation_aborted);
+  EXPECT_FALSE(hook_returned);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(RetryAsyncHooks, ATimeoutOutsideEndsAHooksWaitAsATimeout) {
+  asio::io_context io;
+  auto clock = ManualClock::create();
+  asio::steady_timer hour(io, std::chrono::hours(1));
+  RetryOptions r;
+  r.max_retries = 3;
+  r.backoff = Backoff::none();
+  r.delay_generator_async = [&](RetryEvent) -> asio::awaitable<std::optional<Clock::duration>> {
+    co_await hour.async_wait(asio::use_awaitable);
+    co_return std::nullopt;
+  };
+  std::optional<error_code> got;
+  Shield{}.timeout(1s).retry(r).with_clock(clock).execute_async(
+      [&](auto token) {
+        return test::async_answer(io.get_executor(), asio::error::connection_reset, 0,
+                                  std::move(token));
+      },
+      asio::bind_executor(io, [&](error_code ec, int) { got = ec; }));
+  for (int i = 0; i < 5; ++i) io.poll();
+  clock->advance(1s);
+  for (int i = 0; i < 10 && !got; ++i) {
+    io.restart();
+    io.poll();
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::timeout);
+}
+
+}  // namespace
+}  // namespace kevlar

@@ -1,0 +1,75 @@
+// The timeout's asynchronous hook (on_timeout_async): awaited after on_timeout in both execution
+// shapes; its exception becomes the outcome; the call still reports errc::timeout otherwise.
+#include <kevlar/timeout.hpp>
+
+#include <core/async_ops.hpp>
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kevlar {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+TEST(TimeoutAsyncHook, AnAsynchronousTimeoutAwaitsItAfterOnTimeout) {
+  asio::io_context io;
+  auto clock = ManualClock::create();
+  std::vector<std::string> log;
+  TimeoutOptions o;
+  o.timeout = 1s;
+  o.on_timeout = [&log](const TimeoutEvent&) { log.emplace_back("on_timeout"); };
+  o.on_timeout_async = [&log](TimeoutEvent e) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    log.push_back("on_timeout_async:" + std::to_string(e.timeout / 1ms));
+  };
+  std::optional<error_code> got;
+  Shield{}.timeout(o).with_clock(clock).execute_async(
+      test::CompletesOnCancel{}, asio::bind_executor(io, [&](error_code ec) { got = ec; }));
+  io.poll();
+  clock->advance(1s);
+  for (int i = 0; i < 10 && !got; ++i) {
+    io.restart();
+    io.poll();
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, errc::timeout);
+  EXPECT_EQ(log, (std::vector<std::string>{"on_timeout", "on_timeout_async:1000"}));
+}
+
+TEST(TimeoutAsyncHook, ASynchronousTimeoutRunsItAndItsFailureIsTheOutcome) {
+  auto clock = ManualClock::create();
+  TimeoutOptions o;
+  o.timeout = 1s;
+  int ran = 0;
+  o.on_timeout_async = [&ran](TimeoutEvent) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    if (++ran == 2) throw std::domain_error("hook");
+  };
+  const Shield shield = Shield{}.timeout(o).with_clock(clock);
+  auto slow = [&](Context& c) -> int {
+    clock->advance(2s);  // the call takes longer than its budget
+    c.throw_if_cancelled();
+    return 1;
+  };
+  const Outcome<int> first = shield.execute_outcome(slow);
+  EXPECT_EQ(first.error(), errc::timeout);
+  const Outcome<int> second = shield.execute_outcome(slow);
+  ASSERT_TRUE(second.has_exception());
+  EXPECT_THROW(std::rethrow_exception(second.exception()), std::domain_error);
+  EXPECT_EQ(ran, 2);
+}
+
+}  // namespace
+}  // namespace kevlar
