@@ -75,13 +75,20 @@ template <class F>
 concept SyncFunction = std::invocable<F&, Context&> || std::invocable<F&>;
 
 namespace detail {
-/// The awaitable a factory returns: `f(Context&)` when it takes the context, else `f()`.
+/// The awaitable a factory returns: `f()`, or `f(Context&)` when it takes the context. No `type`
+/// for anything else, so that a return type naming it drops the overload (SFINAE) instead of
+/// failing: an Asio attempt (`[&](auto token) {...}`) is never asked whether it takes a Context,
+/// which would instantiate its body with one.
 template <class F>
-struct FactoryResultOf {
+struct FactoryResultOf {};
+template <class F>
+requires std::invocable<F&>
+struct FactoryResultOf<F> {
   using type = std::remove_cvref_t<std::invoke_result_t<F&>>;
 };
 template <class F>
-requires std::invocable<F&, Context&>
+requires(!std::invocable<F&> && !boost::asio::is_async_operation<F>::value &&
+         std::invocable<F&, Context&>)
 struct FactoryResultOf<F> {
   using type = std::remove_cvref_t<std::invoke_result_t<F&, Context&>>;
 };
@@ -95,11 +102,8 @@ using FactoryResult = typename FactoryResultOf<F>::type;
 /// (An Asio operation's attempt, `[&](auto token) {...}`, is never asked whether it takes a
 /// Context: that would instantiate its body with one.)
 template <class F>
-concept AwaitableFactory =
-    (std::invocable<F&> &&
-     detail::IsAwaitable<std::remove_cvref_t<std::invoke_result_t<F&>>>::value) ||
-    (!boost::asio::is_async_operation<F>::value && std::invocable<F&, Context&> &&
-     detail::IsAwaitable<std::remove_cvref_t<std::invoke_result_t<F&, Context&>>>::value);
+concept AwaitableFactory = requires { typename detail::FactoryResult<F>; } &&
+                           detail::IsAwaitable<detail::FactoryResult<F>>::value;
 
 /// A callable that starts one attempt of an Asio operation when invoked with a completion handler,
 /// e.g. `[&](auto token) { return sock.async_read_some(buf, token); }`. Its completion signature
@@ -325,7 +329,11 @@ class Shield {
     using T = typename detail::IsAwaitable<Aw>::value_type;
     using Sig = std::conditional_t<std::is_void_v<T>, void(std::exception_ptr),
                                    void(std::exception_ptr, T)>;
-    return initiate<Sig>(FactoryAttempt<F>{std::move(factory)}, std::forward<Token>(token));
+    if constexpr (std::invocable<F&>) {
+      return initiate<Sig>(FactoryAttempt<F>{std::move(factory), {}}, std::forward<Token>(token));
+    } else {  // an empty shield's call needs the shield's clock and name for its context
+      return initiate<Sig>(FactoryAttempt<F>{std::move(factory), p_}, std::forward<Token>(token));
+    }
   }
 
   /// Executes a coroutine through the pipeline and returns an awaitable of its value:
@@ -334,7 +342,7 @@ class Shield {
   /// shield the factory's awaitable is returned as it is.
   template <AwaitableFactory F>
   auto execute_async(F factory) const -> detail::FactoryResult<F> {
-    if constexpr (!std::invocable<F&, Context&>) {
+    if constexpr (std::invocable<F&>) {  // a nullary factory
       if (p_ == nullptr || p_->layers.empty()) return factory();  // no strategy, no observer
     }
     return run_factory(*this, std::move(factory));
@@ -343,7 +351,13 @@ class Shield {
  private:
   template <class F>
   struct FactoryAttempt {
+    struct NoOwner {};
+    /// For a factory taking a Context: the shield's data, which an empty shield's call (no
+    /// execution) reads its clock and name from.
+    using Owner = std::conditional_t<std::invocable<F&>, NoOwner,
+                                     std::shared_ptr<const detail::Pipeline>>;
     F factory;
+    [[no_unique_address]] Owner owner;
 
     /// An attempt of an execution (the execution owns the factory and the context).
     template <class Handler>
@@ -356,24 +370,27 @@ class Shield {
     template <class Handler>
     void operator()(Handler&& handler) && {
       auto ex = boost::asio::get_associated_executor(handler, boost::asio::system_executor());
-      boost::asio::co_spawn(ex, call_owned(std::move(factory)), std::forward<Handler>(handler));
+      boost::asio::co_spawn(ex, call_owned(std::move(factory), std::move(owner)),
+                            std::forward<Handler>(handler));
     }
 
     /// Runs the factory inside the spawned coroutine, so that a factory that throws fails the
     /// attempt instead of escaping.
     static auto call(F& f, Context* context) -> detail::FactoryResult<F> {
-      if constexpr (std::invocable<F&, Context&>) {
+      if constexpr (!std::invocable<F&>) {  // it takes the attempt's context
         co_return co_await f(*context);
       } else {
         (void)context;
         co_return co_await f();
       }
     }
-    static auto call_owned(F f) -> detail::FactoryResult<F> {
-      if constexpr (std::invocable<F&, Context&>) {
-        Context context(*Clock::steady(), false);
+    static auto call_owned(F f, Owner owner) -> detail::FactoryResult<F> {
+      if constexpr (!std::invocable<F&>) {
+        const Clock& clock = owner && owner->view.clock ? *owner->view.clock : *Clock::steady();
+        Context context(clock, owner ? owner->view.name : nullptr, false);
         co_return co_await f(context);
       } else {
+        (void)owner;
         co_return co_await f();
       }
     }

@@ -147,6 +147,15 @@ TEST(AsyncContext, AContextFactoryWorksWithATokenAndOnAnEmptyShield) {
     });
   });
   EXPECT_EQ(empty_result, 6);
+  std::string empty_name;
+  run_coroutine([&]() -> asio::awaitable<void> {
+    (void)co_await Shield{}.with_name("empty").execute_async(
+        [&](Context& c) -> asio::awaitable<int> {
+          empty_name = name_of(c);
+          co_return 0;
+        });
+  });
+  EXPECT_EQ(empty_name, "empty") << "an empty shield's context carries its name";
   EXPECT_EQ(seen, (std::vector<std::uint32_t>{1, 0}))
       << "an empty shield runs no attempt accounting, as for synchronous calls";
 }

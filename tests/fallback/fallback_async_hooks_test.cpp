@@ -156,6 +156,24 @@ TEST(FallbackAsyncHooks, VoidCallsAwaitTheirRecovery) {
   EXPECT_EQ(log, (std::vector<std::string>{"hook", "recovered exception"}));
 }
 
+/// A value type without a default constructor: fallbacks of it must compile and work, with or
+/// without asynchronous hooks.
+struct Money {
+  explicit Money(int c) : cents(c) {}
+  int cents;
+};
+
+TEST(FallbackAsyncHooks, AValueTypeWithoutADefaultConstructorWorks) {
+  EXPECT_EQ(Shield{}.fallback(Money{5}).execute([]() -> Money { throw Down(); }).cents, 5);
+  FallbackOptions<Money> o;
+  o.recovery_async = [](Outcome<Money>, Context&) -> asio::awaitable<Money> {
+    co_await asio::post(asio::use_awaitable);
+    co_return Money{7};
+  };
+  EXPECT_EQ(Shield{}.fallback(o).execute([]() -> Money { throw Down(); }).cents, 7);
+  EXPECT_EQ(Shield{}.fallback(o).execute([] { return Money{1}; }).cents, 1);
+}
+
 TEST(FallbackAsyncHooks, OptionsAreValidated) {
   FallbackOptions<int> both;
   both.recovery = [](const Outcome<int>&, Context&) { return 1; };

@@ -9,6 +9,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -16,6 +17,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <exception>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -29,13 +31,34 @@ struct HookEnd {
   bool failed;  ///< the hook threw (or was cancelled): the outcome holds its exception
 };
 
-/// Runs `hook` with throw_if_cancelled off for its coroutine thread: a cancellation still aborts
-/// the operations it awaits (their errors throw), but co_spawn's own last step (a post after the
-/// hook returned) must not throw it out of the executor's run().
+/// Runs `hook` with every cancellation type let through and Asio's throw-if-cancelled net on (a
+/// cancellation that arrives while the hook awaits something deaf to it still stops the hook at
+/// its next co_await), then turns that net off before returning: co_spawn's own last step (a post
+/// after the hook returned) must not throw the cancellation out of the executor's run().
 template <class R>
 boost::asio::awaitable<R> guarded_hook(boost::asio::awaitable<R> hook) {
-  co_await boost::asio::this_coro::throw_if_cancelled(false);
-  co_return co_await std::move(hook);
+  co_await boost::asio::this_coro::reset_cancellation_state(
+      boost::asio::enable_total_cancellation());
+  std::exception_ptr failure;
+  if constexpr (std::is_void_v<R>) {
+    try {
+      co_await std::move(hook);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    co_await boost::asio::this_coro::throw_if_cancelled(false);
+    if (failure) std::rethrow_exception(failure);
+  } else {
+    std::optional<R> value;
+    try {
+      value.emplace(co_await std::move(hook));
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    co_await boost::asio::this_coro::throw_if_cancelled(false);
+    if (failure) std::rethrow_exception(failure);
+    co_return std::move(*value);
+  }
 }
 
 /// Records how a hook ended: its exception into the outcome, its value through `on_value`.
@@ -49,7 +72,13 @@ struct HookRecorder {
   template <class V>
   requires(!std::is_void_v<R> && std::is_convertible_v<V &&, R>)
   void operator()(std::exception_ptr ep, V&& v) {
-    if (!ep) on_value(R(std::forward<V>(v)));
+    if (!ep) {
+      try {  // a throwing copy becomes the outcome, as in a synchronous execution
+        on_value(R(std::forward<V>(v)));
+      } catch (...) {
+        ep = std::current_exception();
+      }
+    }
     finish(std::move(ep));
   }
   void finish(std::exception_ptr ep) {

@@ -296,8 +296,11 @@ class ExecutionProbe {
   [[nodiscard]] detail::ProbedAttempt<A> wrap_async(A attempt) const {
     return detail::ProbedAttempt<A>(std::move(attempt), state_);
   }
-  /// Wraps an awaitable factory (`[&] { return client.get(id); }`) for Shield::execute_async.
+  /// Wraps a nullary awaitable factory (`[&] { return client.get(id); }`) for
+  /// Shield::execute_async. (A factory taking the attempt's Context reads the attempt number from
+  /// it directly.)
   template <AwaitableFactory F>
+  requires std::invocable<F&>
   [[nodiscard]] detail::ProbedFactory<F> wrap_awaitable(F factory) const {
     return detail::ProbedFactory<F>(std::move(factory), state_);
   }

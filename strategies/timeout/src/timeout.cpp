@@ -130,10 +130,11 @@ Step TimeoutStrategy::wait_complete(Layer& layer, Frame& f, const boost::system:
 }
 
 Step TimeoutStrategy::after_hook(Layer& layer, Frame& f) {
-  // Reached only after judging a timeout; `hook` is written only by await_hook.
-  if (options_.on_timeout_async && f.hook.failed && layer.outcome().is_cancellation()) {
-    // The caller's cancellation ended the hook: the call timed out all the same.
-    layer.outcome().set_error(make_error_code(errc::timeout));
+  // Reached only after judging a timeout; `hook` is written only by await_hook. The hook's
+  // exception is the outcome, except that the caller's cancellation wins, as a cancellation.
+  if (options_.on_timeout_async && f.hook.failed && layer.cancelled_from_outside() &&
+      layer.outcome().is_cancellation()) {
+    layer.outcome().set_error(boost::asio::error::operation_aborted);
   }
   return Step::complete;
 }

@@ -30,8 +30,8 @@ struct FallbackEvent {
   Context& context;
 };
 
-/// Options of a fallback for calls whose value type is `T`. Set exactly one of `value` and
-/// `recovery`. Copied into the strategy when the shield is built.
+/// Options of a fallback for calls whose value type is `T`. Set exactly one of `value`,
+/// `recovery` and `recovery_async`. Copied into the strategy when the shield is built.
 ///
 /// `T` is the call's value type as the clauses see it: the function's return type for
 /// Shield::execute, `T` for `awaitable<T>` factories, and for an Asio operation with signature
@@ -44,8 +44,8 @@ struct FallbackEvent {
 /// (Kevlar's OnFallbackAsync and asynchronous fallback action) are awaited: spawned on the
 /// execution's executor with its cancellation slot in an asynchronous execution (the caller's
 /// cancellation, or a timeout outside, aborts what they await, and the call then completes with
-/// `operation_aborted`), run to completion on a private io_context in a synchronous one; a fallback
-/// with either declares StrategyTraits::needs_executor. Unset, they cost nothing. A hook or
+/// `operation_aborted`), run to completion on a private io_context in a synchronous one. Unset,
+/// they cost nothing. A hook or
 /// recovery that throws ends the execution with that exception (the same object); a hook's
 /// exception skips the recovery. Hooks and recovery run concurrently for concurrent executions and
 /// must be thread-safe.
@@ -175,10 +175,7 @@ class FallbackStrategy final : public Strategy {
     StrategyTraits t;
     t.role = StrategyRole::fallback;
     t.clause = own_clause_;
-    if (asynchronous()) {
-      t.frame_size = sizeof(detail::HookEnd);
-      t.needs_executor = true;
-    }
+    if (asynchronous()) t.frame_size = sizeof(detail::HookEnd);
     return t;
   }
   /// The asynchronous hooks ended: their failure, or the replacement they produced.
@@ -247,19 +244,15 @@ class FallbackStrategy final : public Strategy {
     Outcome<T> handled = detail::outcome_of<T>(out);
     if (options_.on_fallback) options_.on_fallback(FallbackEvent<T>{handled, layer.context()});
     auto* end = ::new (layer.frame()) detail::HookEnd{false};
-    bool suspended = false;
-    if constexpr (std::is_void_v<T>) {
-      suspended =
-          detail::await_hook(layer, recover(options_, std::move(handled), layer.context()), *end);
-    } else {
-      suspended = detail::await_hook(layer, recover(options_, std::move(handled), layer.context()),
-                                     *end, [out](T v) mutable { out.set_value(v); });
-    }
+    const bool suspended =
+        detail::await_hook(layer, recover(options_, std::move(handled), layer.context(), out), *end);
     return suspended ? Step::suspend : after_async(layer);
   }
 
-  static boost::asio::awaitable<T> recover(const FallbackOptions<T>& o, Outcome<T> handled,
-                                           Context& context) {
+  /// The awaited part; it writes the replacement itself (an awaitable<void>: co_spawn would need a
+  /// default-constructible T to report a failure of an awaitable<T>).
+  static boost::asio::awaitable<void> recover(const FallbackOptions<T>& o, Outcome<T> handled,
+                                              Context& context, OutcomeRef out) {
     if (o.on_fallback_async) co_await o.on_fallback_async(FallbackEvent<T>{handled, context});
     if constexpr (std::is_void_v<T>) {
       if (o.recovery_async) {
@@ -267,10 +260,13 @@ class FallbackStrategy final : public Strategy {
       } else if (o.recovery) {
         o.recovery(handled, context);
       }
+    } else if (o.recovery_async) {
+      const T v = co_await o.recovery_async(std::move(handled), context);
+      out.set_value(v);
+    } else if (o.recovery) {
+      out.set_value(o.recovery(handled, context));
     } else {
-      if (o.recovery_async) co_return co_await o.recovery_async(std::move(handled), context);
-      if (o.recovery) co_return o.recovery(handled, context);
-      co_return *o.value;
+      out.set_value(*o.value);
     }
   }
 

@@ -37,7 +37,8 @@ struct TimeoutOptions {
   /// Awaited after on_timeout (Kevlar's OnTimeoutAsync): spawned on the execution's executor with
   /// its cancellation slot in an asynchronous execution, run to completion on a private
   /// io_context in a synchronous one. An exception it throws becomes the outcome instead; if the
-  /// caller's cancellation ends it, the call still reports `errc::timeout`.
+  /// caller's cancellation ends it, the call completes with `operation_aborted`. While it runs,
+  /// the context still reports cancelled() (the timeout cancelled the inner part).
   std::function<boost::asio::awaitable<void>(TimeoutEvent)> on_timeout_async;
 
   /// The longest supported budget (Kevlar's: 2^32 - 2 ms, about 49.7 days).
