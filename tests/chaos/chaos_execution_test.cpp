@@ -15,6 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -278,8 +279,8 @@ TEST(ChaosExecution, EveryInjectionThroughACoroutine) {
 }
 
 TEST(ChaosExecution, LatencyHoldsAnAsynchronousCallOnARealLoopUntilTheClockMoves) {
-  asio::io_context io;
   auto clock = ManualClock::create();
+  asio::io_context io;
   ChaosLatencyOptions l;
   l.chaos = on();
   l.delay = 3s;
@@ -328,8 +329,8 @@ TEST(ChaosExecution, TheCallersCancellationDuringAnAsynchronousBehaviourEndsTheC
 }
 
 TEST(ChaosExecution, ATimeoutOutsideCancelsAnAsynchronousBehaviourAtOnce) {
-  asio::io_context io;
   auto clock = ManualClock::create();
+  asio::io_context io;
   asio::steady_timer hour(io, std::chrono::hours(1));
   ChaosBehaviorOptions b;
   b.chaos = on();
@@ -366,9 +367,10 @@ TEST(ChaosExecution, AnExecutionAbandonedDuringAnAsynchronousBehaviourEndsCleanl
     asio::io_context io;
     ChaosBehaviorOptions b;
     b.chaos = on();
-    auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::hours(1));
-    b.behavior_async = [timer](Context&) -> asio::awaitable<void> {
-      co_await timer->async_wait(asio::use_awaitable);
+    // The timer lives in the coroutine's frame, which goes with the io_context.
+    b.behavior_async = [](Context&) -> asio::awaitable<void> {
+      asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::hours(1));
+      co_await timer.async_wait(asio::use_awaitable);
     };
     *shield_owner = chaos::behavior(b);
     shield_owner->execute_async(
@@ -383,8 +385,8 @@ TEST(ChaosExecution, AnExecutionAbandonedDuringAnAsynchronousBehaviourEndsCleanl
 // The scope is recorded by the first enabled chaos strategy: a fault behind a latency still sees
 // the caller's scope after the wait, on a later turn of the loop, once the scope has ended.
 TEST(ChaosExecution, TheScopeSurvivesAWaitBeforeTheScopedStrategy) {
-  asio::io_context io;
   auto clock = ManualClock::create();
+  asio::io_context io;
   ChaosLatencyOptions l;
   l.chaos = on();
   l.delay = 1s;

@@ -78,8 +78,8 @@ TEST(RetryAsyncHooks, SynchronousExecutionsAwaitThemInKevlarsOrder) {
 
 TEST(RetryAsyncHooks, AnEmptyOrNegativeAsyncResultKeepsTheDelayAndTheCapApplies) {
   std::vector<std::string> log;
-  asio::io_context io;
   auto clock = ManualClock::create();
+  asio::io_context io;
   RetryOptions r = recorded(log, std::nullopt);
   r.max_delay = 4s;  // caps the synchronous generator's 5 s
   std::optional<int> got;
@@ -195,8 +195,8 @@ TEST(RetryAsyncHooks, TheCallersCancellationReachesWhatAHookAwaits) {
 }
 
 TEST(RetryAsyncHooks, ATimeoutOutsideEndsAHooksWaitAsATimeout) {
-  asio::io_context io;
   auto clock = ManualClock::create();
+  asio::io_context io;
   asio::steady_timer hour(io, std::chrono::hours(1));
   RetryOptions r;
   r.max_retries = 3;

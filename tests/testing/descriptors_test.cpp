@@ -230,4 +230,62 @@ TEST(Descriptors, JitterKindsAndSlowCallsAreDescribed) {
             "#1 CircuitBreaker{consecutive 4 over 30s, min 8, break 15s, slow >=2s at 0.5}");
 }
 
+TEST(Descriptors, EveryKindAndDescriptorPrintsExactly) {
+  std::ostringstream kinds;
+  for (const StrategyKind k :
+       {StrategyKind::custom, StrategyKind::retry, StrategyKind::timeout,
+        StrategyKind::circuit_breaker, StrategyKind::rate_limit, StrategyKind::concurrency_limit,
+        StrategyKind::hedging, StrategyKind::fallback}) {
+    kinds << k << ' ';
+  }
+  for (const BackoffKind k : {BackoffKind::none, BackoffKind::constant, BackoffKind::linear,
+                              BackoffKind::exponential, BackoffKind::custom}) {
+    kinds << k << ' ';
+  }
+  kinds << BreakerMode::consecutive << ' ' << BreakerMode::ratio;
+  EXPECT_EQ(kinds.str(),
+            "Custom Retry Timeout CircuitBreaker RateLimit ConcurrencyLimit Hedging Fallback "
+            "none constant linear exponential custom consecutive ratio");
+
+  kevlar::RateLimitOptions rl;
+  rl.permits = 10;
+  rl.window = 1s;
+  rl.queue_limit = 2;
+  rl.on_rejected = [](const kevlar::RateLimitRejectedEvent&) {};
+  kevlar::ConcurrencyLimitOptions cl;
+  cl.max_concurrency = 4;
+  cl.on_rejected = [](const kevlar::ConcurrencyLimitRejectedEvent&) {};
+  kevlar::HedgeOptions h;
+  h.max_attempts = 3;
+  h.delay = 50ms;
+  h.on_hedge = [](const kevlar::HedgeEvent&) {};
+  h.action_generator = [](const kevlar::HedgeActionArguments&) {};
+  kevlar::FallbackOptions<int> f;
+  f.recovery = [](const kevlar::Outcome<int>&, kevlar::Context&) { return 0; };
+  f.on_fallback = [](const kevlar::FallbackEvent<int>&) {};
+  const Shield shield = Shield{}
+                            .fallback(f)
+                            .rate_limit(rl)
+                            .concurrency_limit(cl)
+                            .hedge(h)
+                            .use(std::make_shared<Passthrough>());
+  const ShieldDescriptor d = describe_shield<int>(shield);
+  std::vector<std::string> printed;
+  for (const StrategyDescriptor& s : d.strategies) {
+    std::ostringstream os;
+    os << s;
+    printed.push_back(os.str());
+  }
+  EXPECT_EQ(printed, (std::vector<std::string>{
+                         "#0 Fallback{int, recovery, +on_fallback}",
+                         "#1 RateLimit{10/1s, burst 10, queue 2, +on_rejected}",
+                         "#2 ConcurrencyLimit{4, queue 0, +on_rejected}",
+                         "#3 Hedging{3 attempts, delay 50ms, +on_hedge, +action_generator}",
+                         "#4 Custom{Passthrough(audit)}"}));
+  std::ostringstream backoffs;
+  backoffs << describe_shield(Shield{}.retry(kevlar::RetryOptions{})).all_of<RetryDescriptor>()[0]
+                  .backoff;
+  EXPECT_EQ(backoffs.str(), "exponential 250ms x2 +jitter <=30s");
+}
+
 }  // namespace

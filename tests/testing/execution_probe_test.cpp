@@ -72,8 +72,8 @@ TEST(ExecutionProbe, ASynchronousAttemptThatEndsCancelledCountsOneCancellation) 
 }
 
 TEST(ExecutionProbe, AnAsynchronousAttemptCancelledByATimeoutIsCountedAndForwarded) {
-  boost::asio::io_context io;
   const auto clock = kevlar::ManualClock::create();
+  boost::asio::io_context io;
   kevlar::test::PendingOps ops;
   ExecutionProbe probe;
   const Shield shield = Shield{}.timeout(1s).with_clock(clock);
@@ -122,8 +122,8 @@ TEST(ExecutionProbe, AnAsynchronousAttemptThatCompletesIsNotACancellation) {
 }
 
 TEST(ExecutionProbe, AwaitableAttemptsAndTheirCancellationAreCounted) {
-  boost::asio::io_context io;
   const auto clock = kevlar::ManualClock::create();
+  boost::asio::io_context io;
   kevlar::test::PendingOps ops;
   ExecutionProbe probe;
   const Shield shield = Shield{}.timeout(1s).with_clock(clock);

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -39,6 +40,11 @@ TEST(ShieldState, ReportsTheBreakerLimiterAndRateLimitAtTheirPositions) {
                                         ConcurrencyLimitStateSnapshot{3, 0, 0, 3, false}}}))
       << to_string(idle);
   EXPECT_EQ(shield_state(shield), idle) << "reading takes nothing";
+  std::ostringstream printed;
+  for (const auto& st : idle.strategies) printed << st << "; ";
+  EXPECT_EQ(printed.str(),
+            "#0 RateLimit{available=2, queued=0}; #2 CircuitBreaker{closed}; "
+            "#3 ConcurrencyLimit{running=0, queued=0, available=3}; ");
 
   // One call running: it holds a rate-limit permit and a concurrency permit.
   StrategyDriver<int> running(shield, clock);

@@ -24,8 +24,8 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 
 TEST(TimeoutAsyncHook, AnAsynchronousTimeoutAwaitsItAfterOnTimeout) {
-  asio::io_context io;
   auto clock = ManualClock::create();
+  asio::io_context io;
   std::vector<std::string> log;
   TimeoutOptions o;
   o.timeout = 1s;
