@@ -123,8 +123,8 @@ void record_chaos_scope(Context& context, ChaosScopeValues values) {
 
 namespace detail {
 
-ChaosCore::ChaosCore(ChaosOptions options, const char* owner)
-    : options_(std::move(options)), state_(options_.seed ? *options_.seed : next_default_seed()) {
+ChaosCore::ChaosCore(const ChaosOptions& options, const char* owner)
+    : options_(options), state_(options_.seed ? *options_.seed : next_default_seed()) {
   if (!valid_rate(options_.injection_rate)) {
     throw std::invalid_argument(std::string(owner) +
                                 "::chaos.injection_rate must be between 0 and 1 (got " +

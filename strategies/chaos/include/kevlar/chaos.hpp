@@ -149,8 +149,9 @@ namespace detail {
 /// state advanced once per drawn sample: safe and deterministic under concurrency).
 class ChaosCore {
  public:
-  /// Validates the common options (`owner` names the options type in messages).
-  ChaosCore(ChaosOptions options, const char* owner);
+  /// Validates the common options (`owner` names the options type in messages). `options` belongs
+  /// to the strategy that owns this core (its options' `chaos` member) and must outlive it.
+  ChaosCore(const ChaosOptions& options, const char* owner);
 
   /// What a decision to inject found.
   struct Decision {
@@ -172,7 +173,7 @@ class ChaosCore {
   [[nodiscard]] std::string describe_options() const;
 
  private:
-  ChaosOptions options_;
+  const ChaosOptions& options_;  ///< the owning strategy's, not a second copy
   std::atomic<std::uint64_t> state_;
 };
 
