@@ -3,6 +3,7 @@
 
 #include <kevlar/clock.hpp>
 #include <kevlar/fallback.hpp>
+#include <kevlar/retry.hpp>
 #include <kevlar/shield.hpp>
 #include <kevlar/strategy.hpp>
 #include <kevlar/testing/assertion.hpp>
@@ -112,8 +113,10 @@ struct CircuitBreakerDescriptor {
   Clock::duration break_duration{};  ///< the fixed break (used when there is no generator)
   int half_open_probes = 1;
   int success_threshold = 1;
+  /// break_duration_generator or break_duration_generator_async is set.
   bool has_break_duration_generator = false;
-  /// CircuitBreakerOptions::on_state_changed is set (subscribers added later are not options).
+  /// CircuitBreakerOptions::on_state_changed or on_state_changed_async is set (subscribers added
+  /// later are not options).
   bool has_on_state_changed = false;
 
   friend bool operator==(const CircuitBreakerDescriptor&,
