@@ -60,9 +60,9 @@ struct Failure {
 /// outcome, after every strategy has had its say (a fallback's recovery is a success).
 struct ExecutionFinished {
   bool success = false;
-  Failure failure;               ///< when not a success
-  Clock::duration duration{};    ///< from entering the shield to the final outcome (shield clock)
-  std::uint32_t attempts = 0;    ///< user operations started (0: rejected before any ran)
+  Failure failure;             ///< when not a success
+  Clock::duration duration{};  ///< from entering the shield to the final outcome (shield clock)
+  std::uint32_t attempts = 0;  ///< user operations started (0: rejected before any ran)
 };
 
 /// An attempt of the user's operation is about to start.
@@ -72,9 +72,9 @@ struct AttemptStarted {
 
 /// A retry decided to try again, before its backoff wait.
 struct RetryScheduled {
-  int retry = 0;               ///< 1 for the first retry
-  Clock::duration delay{};     ///< the backoff it waits before the next attempt
-  Failure failure;             ///< the outcome that is being retried
+  int retry = 0;            ///< 1 for the first retry
+  Clock::duration delay{};  ///< the backoff it waits before the next attempt
+  Failure failure;          ///< the outcome that is being retried
 };
 
 /// A timeout's budget elapsed and it reports `errc::timeout` (before its on_timeout hook).
@@ -145,9 +145,9 @@ struct EventSource {
 
 /// One event: its source and what happened.
 struct Event {
-  using Detail = std::variant<ExecutionFinished, AttemptStarted, RetryScheduled, TimeoutFired,
-                              FallbackTaken, Rejected, BreakerTransition, LimiterStateChanged,
-                              HedgeLaunched, ChaosInjected>;
+  using Detail =
+      std::variant<ExecutionFinished, AttemptStarted, RetryScheduled, TimeoutFired, FallbackTaken,
+                   Rejected, BreakerTransition, LimiterStateChanged, HedgeLaunched, ChaosInjected>;
   EventSource source;
   Detail detail;
 };
@@ -161,7 +161,7 @@ template <class... Details>
 
 /// Every event kind.
 inline constexpr EventKinds all_event_kinds =
-    static_cast<EventKinds>((1U << std::variant_size_v<Event::Detail>) - 1);
+    static_cast<EventKinds>((1U << std::variant_size_v<Event::Detail>)-1);
 
 namespace detail {
 template <class T, class Variant>
@@ -263,8 +263,8 @@ class ObserverSet {
   void count_failure() const noexcept;
 
   std::vector<std::shared_ptr<Observer>> observers_;
-  std::vector<EventKinds> wants_;            ///< per observer
-  mutable std::vector<void*> states_;        ///< per observer; written once, before announced_
+  std::vector<EventKinds> wants_;      ///< per observer
+  mutable std::vector<void*> states_;  ///< per observer; written once, before announced_
   EventKinds interests_ = 0;
   std::optional<std::string> name_;
   /// Weak: a breaker's pending publications hold the set, and must not keep the breaker alive.
@@ -287,6 +287,10 @@ struct TransitionSource {
   /// The state machine the scope is for: another one's changes (a call made from a hook) ignore
   /// it.
   const void* machine = nullptr;
+  /// Set by an asynchronous execution that can await the machine's asynchronous state-change
+  /// hooks itself: the machine sets it to true when the caller is to await them (it claimed the
+  /// hooks' lane) instead of running them to completion on a private io_context.
+  bool* lane_claim = nullptr;
 };
 inline thread_local TransitionSource tl_transition_source{};
 

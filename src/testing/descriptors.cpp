@@ -91,8 +91,8 @@ StrategyDescriptor describe_one(const Strategy& s, std::size_t index) {
     d.break_duration = o.break_duration;
     d.half_open_probes = o.half_open_probes;
     d.success_threshold = o.success_threshold;
-    d.has_break_duration_generator = static_cast<bool>(o.break_duration_generator);
-    d.has_on_state_changed = static_cast<bool>(o.on_state_changed);
+    d.has_break_duration_generator = o.break_duration_generator || o.break_duration_generator_async;
+    d.has_on_state_changed = o.on_state_changed || o.on_state_changed_async;
     return d;
   }
   if (const auto* r = dynamic_cast<const RateLimitStrategy*>(&s)) {

@@ -3,6 +3,11 @@
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/detail/duration_format.hpp>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/system/system_error.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -93,6 +98,11 @@ void CircuitBreakerOptions::validate() const {
   }
   if (!(slow_call_ratio > 0.0 && slow_call_ratio <= 1.0)) {
     throw std::invalid_argument("kevlar::CircuitBreakerOptions::slow_call_ratio must be in (0, 1]");
+  }
+  if (break_duration_generator && break_duration_generator_async) {
+    throw std::invalid_argument(
+        "kevlar::CircuitBreakerOptions: configure either break_duration_generator or "
+        "break_duration_generator_async, not both");
   }
 }
 
@@ -363,73 +373,124 @@ void CircuitBreakerCore::record_success_slow(Clock::time_point now, const Admiss
   deliver(ticket);
 }
 
+namespace {
+void check_break(const CircuitBreakerOptions& o, Clock::duration d) {
+  if (d <= Clock::duration::zero() || d > CircuitBreakerOptions::max_duration) {
+    throw std::invalid_argument(std::string("kevlar::CircuitBreakerOptions::") +
+                                (o.break_duration_generator ? "break_duration_generator"
+                                                            : "break_duration_generator_async") +
+                                " must return a positive duration of at most 2^32 - 2 ms");
+  }
+}
+}  // namespace
+
+bool CircuitBreakerCore::count_outcome(Clock::time_point now, const Admission& a,
+                                       const Failure& failure, bool failed, bool slow,
+                                       Opening& opening, std::uint64_t& ticket) {
+  std::lock_guard lock(mutex_);
+  if (failed) {
+    last_exception_ = failure.exception;
+    last_error_ = failure.error;
+  }
+  const CircuitState s = state_.load(std::memory_order_relaxed);
+  if (a.probe()) {  // a failed or slow probe
+    if (s != CircuitState::half_open || a.generation != probe_generation_) return false;
+    if (opening_pending_) {  // another probe already failed; its opening is being sized
+      --probes_in_flight_;
+      return false;
+    }
+  } else {
+    if (s != CircuitState::closed) return false;
+    if (!count_locked(now, failed, slow) || opening_pending_) return false;
+  }
+  // A slow success that trips the circuit has no failure to report: the transition must not
+  // carry an older, unrelated one.
+  if (!failed) {
+    last_exception_ = nullptr;
+    last_error_ = {};
+  }
+  if (!options_.break_duration_generator && !options_.break_duration_generator_async) {
+    open_locked(now, options_.break_duration, ticket);
+    return false;
+  }
+  opening.token = ++opening_token_;
+  opening.from = s;
+  opening.admission = a;
+  opening.event = BreakEvent{
+      s, trips_ + 1, failure.exception, failure.error, failure.context, failure.outcome, slow};
+  opening_pending_ = true;
+  return true;
+}
+
+Clock::duration CircuitBreakerCore::await_generator(const BreakEvent& event) const {
+  boost::asio::io_context private_context;
+  std::exception_ptr failure;
+  Clock::duration d{};
+  boost::asio::co_spawn(private_context, options_.break_duration_generator_async(event),
+                        [&](std::exception_ptr ep, Clock::duration v) {
+                          failure = std::move(ep);
+                          d = v;
+                        });
+  private_context.run();
+  if (failure) std::rethrow_exception(failure);
+  return d;
+}
+
 void CircuitBreakerCore::record_outcome(Clock::time_point now, const Admission& a,
                                         const Failure& failure, bool failed, bool slow) {
   std::uint64_t ticket = 0;
-  std::optional<OpeningReservation> reservation;
-  {
-    std::lock_guard lock(mutex_);
-    if (failed) {
-      last_exception_ = failure.exception;
-      last_error_ = failure.error;
-    }
-    const CircuitState s = state_.load(std::memory_order_relaxed);
-    // A slow success that trips the circuit has no failure to report: the transition must not
-    // carry an older, unrelated one.
-    const auto forget_failure_if_slow_success = [&] {
-      if (!failed) {
-        last_exception_ = nullptr;
-        last_error_ = {};
-      }
-    };
-    if (a.probe()) {  // a failed or slow probe
-      if (s != CircuitState::half_open || a.generation != probe_generation_) return;
-      if (opening_pending_) {  // another probe already failed; its opening is being sized
-        --probes_in_flight_;
-        return;
-      }
-    } else {
-      if (s != CircuitState::closed) return;
-      if (!count_locked(now, failed, slow) || opening_pending_) return;
-    }
-    forget_failure_if_slow_success();
-    if (!options_.break_duration_generator) {
-      open_locked(now, options_.break_duration, ticket);
-    } else {
-      reservation.emplace();
-      reservation->token = ++opening_token_;
-      reservation->from = s;
-      reservation->event = BreakEvent{
-          s, trips_ + 1, failure.exception, failure.error, failure.context, failure.outcome, slow};
-      opening_pending_ = true;
-    }
-  }
-  if (reservation) {
+  Opening opening;
+  if (count_outcome(now, a, failure, failed, slow, opening, ticket)) {
     Clock::duration d{};
     try {
-      d = options_.break_duration_generator(reservation->event);
-      if (d <= Clock::duration::zero() || d > CircuitBreakerOptions::max_duration) {
-        throw std::invalid_argument(
-            "kevlar::CircuitBreakerOptions::break_duration_generator must return a positive "
-            "duration of at most 2^32 - 2 ms");
-      }
+      d = options_.break_duration_generator ? options_.break_duration_generator(opening.event)
+                                            : await_generator(opening.event);
     } catch (...) {
-      std::lock_guard lock(mutex_);
-      if (opening_pending_ && opening_token_ == reservation->token) {
-        opening_pending_ = false;
-        if (a.probe() && probe_generation_ == a.generation && probes_in_flight_ > 0) {
-          --probes_in_flight_;
-        }
-      }
+      cancel_opening(opening);
       throw;
     }
+    open_reserved(opening, now, d);
+    return;
+  }
+  deliver(ticket);
+}
+
+bool CircuitBreakerCore::reserve_opening(Clock::time_point now, const Admission& a,
+                                         const Failure& details, bool failed, bool slow,
+                                         Opening& opening) {
+  std::uint64_t ticket = 0;
+  if (count_outcome(now, a, details, failed, slow, opening, ticket)) return true;
+  deliver(ticket);
+  return false;
+}
+
+void CircuitBreakerCore::open_reserved(const Opening& opening, Clock::time_point now,
+                                       Clock::duration d) {
+  try {
+    check_break(options_, d);
+  } catch (...) {
+    cancel_opening(opening);
+    throw;
+  }
+  std::uint64_t ticket = 0;
+  {
     std::lock_guard lock(mutex_);
-    if (!opening_pending_ || opening_token_ != reservation->token) return;  // stale: discarded
+    if (!opening_pending_ || opening_token_ != opening.token) return;  // stale: discarded
     opening_pending_ = false;
-    if (state_.load(std::memory_order_relaxed) != reservation->from) return;
+    if (state_.load(std::memory_order_relaxed) != opening.from) return;
     open_locked(now, d, ticket);
   }
   deliver(ticket);
+}
+
+void CircuitBreakerCore::cancel_opening(const Opening& opening) noexcept {
+  std::lock_guard lock(mutex_);
+  if (!opening_pending_ || opening_token_ != opening.token) return;
+  opening_pending_ = false;
+  const Admission& a = opening.admission;
+  if (a.probe() && probe_generation_ == a.generation && probes_in_flight_ > 0) {
+    --probes_in_flight_;
+  }
 }
 
 void CircuitBreakerCore::record_failure(Clock::time_point now, const Admission& a) {
@@ -496,6 +557,12 @@ CircuitBreakerCore::Metrics CircuitBreakerCore::metrics(Clock::time_point now) c
 void CircuitBreakerCore::deliver(std::uint64_t ticket) {
   if (ticket == 0) return;
   std::vector<std::exception_ptr> mine;
+  bool claimed = false;
+  // An asynchronous execution that awaits the state-change hooks itself, if they come to this
+  // caller (read before the observers run under scopes of their own).
+  bool* const lane_claim = detail::tl_transition_source.machine == this
+                               ? detail::tl_transition_source.lane_claim
+                               : nullptr;
   {
     std::unique_lock lock(mutex_);
     const std::thread::id me = std::this_thread::get_id();
@@ -552,6 +619,12 @@ void CircuitBreakerCore::deliver(std::uint64_t ticket) {
           } catch (...) {
           }
         }
+        if (options_.on_state_changed_async) {
+          try {
+            lane_.push_back(e.change);  // its hook is awaited next, by the lane's holder
+          } catch (...) {               // std::bad_alloc: the hook misses this change, nothing else
+          }
+        }
         delivered_seq_ = e.seq;
         delivering_owner_ = 0;
         delivered_.notify_all();
@@ -568,9 +641,87 @@ void CircuitBreakerCore::deliver(std::uint64_t ticket) {
         ++it;
       }
     }
+    if (!lane_.empty() && !lane_busy_) {  // take the lane: this caller awaits the hooks
+      lane_busy_ = true;
+      claimed = true;
+      if (lane_claim != nullptr) {  // the failures so far wait for the hooks' (no allocation)
+        lane_failures_ = std::move(mine);
+        *lane_claim = true;
+        return;
+      }
+    }
   }
-  if (mine.size() == 1) std::rethrow_exception(mine.front());
-  if (mine.size() > 1) throw CircuitObserverErrors(std::move(mine));
+  if (claimed) {
+    pump_lane(std::move(mine));
+    return;
+  }
+  throw_failures(std::move(mine));
+}
+
+void CircuitBreakerCore::throw_failures(std::vector<std::exception_ptr> failures) {
+  if (failures.size() == 1) std::rethrow_exception(failures.front());
+  if (failures.size() > 1) throw CircuitObserverErrors(std::move(failures));
+}
+
+void CircuitBreakerCore::pump_lane(std::vector<std::exception_ptr> failures) {
+  for (;;) {
+    std::optional<CircuitStateChange> change;
+    {
+      std::lock_guard lock(mutex_);
+      if (lane_.empty()) {
+        lane_busy_ = false;
+        break;
+      }
+      change.emplace(std::move(lane_.front()));
+      lane_.pop_front();
+    }
+    // Not the call that caused the change: a change the hook makes is made by hand.
+    const detail::TransitionScope by_hand{detail::TransitionSource{}};
+    std::exception_ptr failure;
+    try {
+      boost::asio::io_context private_context;
+      boost::asio::co_spawn(private_context, options_.on_state_changed_async(std::move(*change)),
+                            [&failure](std::exception_ptr ep) { failure = std::move(ep); });
+      private_context.run();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    if (failure) {
+      try {
+        failures.push_back(std::move(failure));
+      } catch (...) {  // std::bad_alloc: this hook's exception is lost, nothing else
+      }
+    }
+  }
+  throw_failures(std::move(failures));
+}
+
+bool CircuitBreakerCore::next_lane_change(CircuitStateChange& change,
+                                          std::vector<std::exception_ptr>& failures) {
+  std::lock_guard lock(mutex_);
+  if (lane_.empty()) {
+    lane_busy_ = false;
+    failures = std::move(lane_failures_);
+    lane_failures_.clear();
+    return false;
+  }
+  change = std::move(lane_.front());
+  lane_.pop_front();
+  return true;
+}
+
+void CircuitBreakerCore::lane_hook_failed(std::exception_ptr failure) noexcept {
+  std::lock_guard lock(mutex_);
+  try {
+    lane_failures_.push_back(std::move(failure));
+  } catch (...) {  // std::bad_alloc: this hook's exception is lost, nothing else
+  }
+}
+
+void CircuitBreakerCore::abandon_lane() noexcept {
+  std::lock_guard lock(mutex_);
+  lane_busy_ = false;
+  lane_failures_.clear();
 }
 
 // ---- the strategy
@@ -597,8 +748,9 @@ std::string CircuitBreaker::describe() const {
     s += std::to_string(*o.consecutive_failures) + " consecutive";
   }
   s += ", break ";
-  s += o.break_duration_generator ? std::string("dynamic")
-                                  : detail::format_duration(o.break_duration);
+  s += o.break_duration_generator || o.break_duration_generator_async
+           ? std::string("dynamic")
+           : detail::format_duration(o.break_duration);
   if (o.half_open_probes != 1 || o.success_threshold != 1) {
     s += ", probes " + std::to_string(o.half_open_probes) + ", close after " +
          std::to_string(o.success_threshold);
@@ -622,9 +774,14 @@ StrategyTraits CircuitBreaker::strategy_traits() const noexcept {
   return t;
 }
 
-detail::TransitionSource CircuitBreaker::transition_source(const Layer& layer) const noexcept {
+detail::TransitionSource CircuitBreaker::transition_source(const Layer& layer,
+                                                           bool* lane_claim) const noexcept {
   detail::TransitionSource s = layer.transition_source();
   s.machine = &core_;
+  // An asynchronous execution awaits the state-change hooks itself, if they come to it.
+  if (lane_claim != nullptr && !layer.synchronous() && core_.options().on_state_changed_async) {
+    s.lane_claim = lane_claim;
+  }
   return s;
 }
 
@@ -635,8 +792,10 @@ Step CircuitBreaker::start(Layer& layer, Frame& frame) {
     f->started = layer.clock().now();
     if (core_.state() == CircuitState::closed) return Step::run_inner;
   }
+  bool claimed = false;
   const CircuitBreakerCore::Admission a = [&] {
-    const detail::TransitionScope transitions(transition_source(layer));  // open -> half-open
+    // open -> half-open
+    const detail::TransitionScope transitions(transition_source(layer, &claimed));
     return core_.admit(layer.clock().now());
   }();
   if (!a.admitted()) {
@@ -644,28 +803,24 @@ Step CircuitBreaker::start(Layer& layer, Frame& frame) {
     if (layer.wants<Rejected>()) {
       std::optional<Clock::duration> retry_after;
       if (a.retry_after) retry_after = *a.retry_after;
-      layer.emit(Rejected{isolated ? RejectionKind::isolated : RejectionKind::circuit_open,
-                          retry_after});
+      layer.emit(
+          Rejected{isolated ? RejectionKind::isolated : RejectionKind::circuit_open, retry_after});
     }
     layer.outcome().set_rejection(make_error_code(isolated ? errc::isolated : errc::circuit_open),
                                   a.retry_after);
     return Step::complete;
   }
   f->admission = a;
-  f->settled = !a.probe();
+  f->pending = a.probe() ? Frame::Pending::probe : Frame::Pending::nothing;
   if (core_.slow_calls()) f->started = layer.clock().now();
-  return Step::run_inner;
+  return after_transitions(layer, *f, claimed, Step::run_inner);
 }
 
 Step CircuitBreaker::inner_complete(Layer& layer, Frame& f) {
-  f.settled = true;
+  f.pending = Frame::Pending::nothing;
   if (layer.handled()) {
     if (core_.slow_calls()) return complete_timed(layer, f, true);
-    const detail::TransitionScope transitions(transition_source(layer));  // may open
-    const OutcomeRef o = layer.outcome();
-    core_.record_failure(layer.clock().now(), f.admission,
-                         {o.exception(), o.error(), &layer.context(), &o});
-    return Step::complete;
+    return record_tripping(layer, f, layer.clock().now(), true, false);
   }
   const OutcomeRef o = layer.outcome();
   if (o.failed() &&
@@ -674,38 +829,214 @@ Step CircuitBreaker::inner_complete(Layer& layer, Frame& f) {
     core_.release(f.admission);  // the caller's cancellation says nothing about the dependency
     return Step::complete;
   }
-  Clock::time_point now{};
-  if (core_.windowed()) {
-    if (core_.slow_calls()) return complete_timed(layer, f, false);
-    now = layer.clock().coarse_now();
+  if (core_.slow_calls()) return complete_timed(layer, f, false);
+  // Only a probe's success changes the state (it may close the circuit).
+  if (f.admission.probe()) return probe_succeeded(layer, f);
+  core_.record_success(core_.windowed() ? layer.clock().coarse_now() : Clock::time_point{},
+                       f.admission);
+  return Step::complete;
+}
+
+Step CircuitBreaker::probe_succeeded(Layer& layer, Frame& f) {
+  bool claimed = false;
+  {
+    const detail::TransitionScope transitions(transition_source(layer, &claimed));  // may close
+    core_.record_success(layer.clock().coarse_now(), f.admission);
   }
-  if (layer.wants<BreakerTransition>()) {
-    const detail::TransitionScope transitions(transition_source(layer));  // may close
+  return after_transitions(layer, f, claimed, Step::complete);
+}
+
+Step CircuitBreaker::complete_timed(Layer& layer, Frame& f, bool handled) {
+  const Clock::time_point now = layer.clock().now();
+  const bool slow = now - f.started >= *core_.options().slow_call_threshold;
+  if (handled || slow) return record_tripping(layer, f, now, handled, slow);
+  bool claimed = false;
+  {
+    const detail::TransitionScope transitions(transition_source(layer, &claimed));  // may close
     core_.record_success(now, f.admission);
+  }
+  return after_transitions(layer, f, claimed, Step::complete);
+}
+
+Step CircuitBreaker::record_tripping(Layer& layer, Frame& f, Clock::time_point now, bool failed,
+                                     bool slow) {
+  const OutcomeRef o = layer.outcome();
+  const CircuitBreakerCore::Failure details =
+      failed ? CircuitBreakerCore::Failure{o.exception(), o.error(), &layer.context(), &o}
+             : CircuitBreakerCore::Failure{nullptr, {}, &layer.context(), &o};
+  if (core_.options().break_duration_generator_async) {
+    return size_break(layer, f, now, details, failed, slow);
+  }
+  bool claimed = false;
+  {
+    // may open or close
+    const detail::TransitionScope transitions(transition_source(layer, &claimed));
+    if (failed) {
+      core_.record_failure(now, f.admission, details, slow);
+    } else {
+      core_.record_slow_success(now, f.admission, details);
+    }
+  }
+  return after_transitions(layer, f, claimed, Step::complete);
+}
+
+namespace {
+
+/// The generator's awaitable, with the tripping outcome kept alive in its frame for as long as
+/// the generator may read it (BreakEvent::outcome points at it).
+/// `options` outlives the coroutine: the execution holds the pipeline that holds the breaker.
+boost::asio::awaitable<Clock::duration> sized_by(const CircuitBreakerOptions* options,
+                                                 BreakEvent event, OutcomeRef outcome) {
+  event.outcome = &outcome;
+  co_return co_await options->break_duration_generator_async(event);
+}
+
+}  // namespace
+
+CircuitBreakerCore::Opening CircuitBreaker::opening_of(const Frame& f) noexcept {
+  CircuitBreakerCore::Opening o;
+  o.token = f.opening_token;
+  o.from = f.opening_from;
+  o.admission = f.admission;
+  return o;
+}
+
+Step CircuitBreaker::size_break(Layer& layer, Frame& f, Clock::time_point now,
+                                const CircuitBreakerCore::Failure& details, bool failed,
+                                bool slow) {
+  CircuitBreakerCore::Opening opening;
+  bool claimed = false;
+  bool reserved = false;
+  {
+    const detail::TransitionScope transitions(transition_source(layer, &claimed));
+    reserved = core_.reserve_opening(now, f.admission, details, failed, slow, opening);
+  }
+  if (!reserved) return after_transitions(layer, f, claimed, Step::complete);
+  f.opening_token = opening.token;
+  f.opening_from = opening.from;
+  f.pending = Frame::Pending::opening;
+  Frame* frame = &f;
+  // The coroutine is created here but the generator is called only inside it: a generator that
+  // throws at once ends like one that throws later.
+  if (detail::await_hook(layer, sized_by(&core_.options(), opening.event, layer.outcome()), f.hook,
+                         [frame](Clock::duration d) { frame->break_length = d; })) {
+    return Step::suspend;
+  }
+  return break_sized(layer, f);
+}
+
+Step CircuitBreaker::break_sized(Layer& layer, Frame& f) {
+  f.pending = Frame::Pending::nothing;
+  const CircuitBreakerCore::Opening opening = opening_of(f);
+  if (f.hook.failed) {  // the generator's exception is the outcome
+    core_.cancel_opening(opening);
+    if ((layer.cancelled_from_outside() || layer.context().cancelled()) &&
+        layer.outcome().is_cancellation()) {
+      layer.outcome().set_error(boost::asio::error::operation_aborted);
+    }
+    return Step::complete;
+  }
+  bool claimed = false;
+  {
+    const detail::TransitionScope transitions(transition_source(layer, &claimed));  // opens
+    core_.open_reserved(opening, layer.clock().now(), f.break_length);
+  }
+  return after_transitions(layer, f, claimed, Step::complete);
+}
+
+namespace {
+
+/// A state-change hook awaited by the lane's holder: its exception goes to the core, which
+/// gathers the lane's failures for the holder's outcome.
+boost::asio::awaitable<void> lane_hook(CircuitBreakerCore* core, CircuitStateChange change) {
+  try {
+    co_await core->options().on_state_changed_async(std::move(change));
+  } catch (...) {
+    core->lane_hook_failed(std::current_exception());
+  }
+}
+
+}  // namespace
+
+Step CircuitBreaker::after_transitions(Layer& layer, Frame& f, bool claimed, Step next) {
+  if (!claimed) return next;
+  f.after_lane = next;
+  f.pending = Frame::Pending::lane;
+  return pump_lane(layer, f);
+}
+
+Step CircuitBreaker::pump_lane(Layer& layer, Frame& f) {
+  CircuitStateChange change;
+  std::vector<std::exception_ptr> failures;
+  while (core_.next_lane_change(change, failures)) {
+    // A hook's own exception is caught by lane_hook; f.hook.failed reports only a failure to
+    // resume (the outcome then holds it).
+    if (detail::await_hook(layer, lane_hook(&core_, std::move(change)), f.hook)) {
+      return Step::suspend;
+    }
+  }
+  return lane_done(layer, f, std::move(failures));
+}
+
+Step CircuitBreaker::lane_done(Layer& layer, Frame& f, std::vector<std::exception_ptr> failures) {
+  const bool probe_waits = f.after_lane == Step::run_inner && f.admission.probe();
+  f.pending = probe_waits ? Frame::Pending::probe : Frame::Pending::nothing;
+  if (failures.empty()) {
+    if (f.after_lane == Step::run_inner && core_.slow_calls()) {
+      f.started = layer.clock().now();  // the call's duration starts now, not before the hooks
+    }
+    return f.after_lane;
+  }
+  if (probe_waits) {  // the probe does not run
+    core_.release(f.admission);
+    f.pending = Frame::Pending::nothing;
+  }
+  if (failures.size() == 1) {
+    layer.outcome().set_exception(std::move(failures.front()));
+    if ((layer.cancelled_from_outside() || layer.context().cancelled()) &&
+        layer.outcome().is_cancellation()) {
+      layer.outcome().set_error(boost::asio::error::operation_aborted);
+    }
   } else {
-    core_.record_success(now, f.admission);
+    layer.outcome().set_exception(
+        std::make_exception_ptr(CircuitObserverErrors(std::move(failures))));
   }
   return Step::complete;
 }
 
-Step CircuitBreaker::complete_timed(Layer& layer, Frame& f, bool handled) {
-  const OutcomeRef o = layer.outcome();
-  const Clock::time_point now = layer.clock().now();
-  const bool slow = now - f.started >= *core_.options().slow_call_threshold;
-  const detail::TransitionScope transitions(transition_source(layer));  // may open or close
-  if (handled) {
-    core_.record_failure(now, f.admission, {o.exception(), o.error(), &layer.context(), &o}, slow);
-  } else if (slow) {
-    core_.record_slow_success(now, f.admission, {nullptr, {}, &layer.context(), &o});
-  } else {
-    core_.record_success(now, f.admission);
+Step CircuitBreaker::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
+  if (f.pending == Frame::Pending::lane) {
+    if (ec) {  // not expected from an awaited hook: count it as the hook's failure
+      core_.lane_hook_failed(
+          std::make_exception_ptr(boost::system::system_error(ec, "on_state_changed_async")));
+    }
+    return pump_lane(layer, f);
   }
-  return Step::complete;
+  if (ec) {  // not expected from an awaited hook; end as a failed one would
+    core_.cancel_opening(opening_of(f));
+    f.pending = Frame::Pending::nothing;
+    layer.outcome().set_error(ec);
+    return Step::complete;
+  }
+  return break_sized(layer, f);
 }
 
 void CircuitBreaker::finish(Layer& layer, Frame& f) noexcept {
   (void)layer;
-  if (!f.settled) core_.release(f.admission);  // abandoned, or failed before recording
+  switch (f.pending) {
+    case Frame::Pending::nothing:
+      return;
+    case Frame::Pending::probe:  // abandoned, or failed before recording
+      core_.release(f.admission);
+      return;
+    case Frame::Pending::opening:  // abandoned while the generator ran
+      core_.cancel_opening(opening_of(f));
+      return;
+    case Frame::Pending::lane:  // abandoned while it awaited a state-change hook
+      core_.abandon_lane();
+      if (f.after_lane == Step::run_inner) core_.release(f.admission);
+      return;
+  }
 }
 
 // ---- Shield entry points

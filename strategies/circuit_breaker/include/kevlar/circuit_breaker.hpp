@@ -4,9 +4,11 @@
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/detail/await_hook.hpp>
 #include <kevlar/shield.hpp>
 #include <kevlar/strategy.hpp>
 
+#include <boost/asio/awaitable.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <array>
@@ -63,8 +65,9 @@ struct BreakEvent {
   const Context* context = nullptr;  ///< the failing execution's context (null without one)
   /// The handled outcome that trips the circuit, also when it is a result the clause judged a
   /// failure (read it with value_if<T>(): an HTTP response's Retry-After, for example). Valid
-  /// only during the break_duration_generator call; null when the failure was recorded without
-  /// one (CircuitBreakerCore::record_failure called directly).
+  /// only during the break_duration_generator call (or until break_duration_generator_async's
+  /// awaitable completes); null when the failure was recorded without one
+  /// (CircuitBreakerCore::record_failure called directly). `context` is valid as long.
   const OutcomeRef* outcome = nullptr;
   /// True when a slow call (CircuitBreakerOptions::slow_call_threshold) trips the circuit; for a
   /// slow success `exception` and `error` are empty and `outcome` is the success.
@@ -109,9 +112,26 @@ struct CircuitBreakerOptions {
   /// stays as it was, able to trip on a later failure. A result made stale by a concurrent
   /// reset() or isolate() is discarded.
   std::function<Clock::duration(const BreakEvent&)> break_duration_generator;
+  /// Sizes each break asynchronously (Kevlar's awaited BreakDurationGenerator), under the same
+  /// rules as break_duration_generator, which may not be set as well. The execution whose failure
+  /// trips the circuit awaits it: on its executor, with its cancellation slot (the caller's
+  /// cancellation, or a timeout outside the breaker, reaches what it awaits; the execution then
+  /// ends with `operation_aborted`, or the timeout's error); a synchronous execution runs it to
+  /// completion on a private io_context. Meanwhile the circuit keeps its state with the opening
+  /// pending, as during a synchronous generator: other failures are counted but start no second
+  /// generator, and a half-open circuit admits no probe. The break starts when the duration
+  /// arrives. If the execution is abandoned first (its executor destroyed), the opening is
+  /// cancelled as if the generator had thrown.
+  std::function<boost::asio::awaitable<Clock::duration>(BreakEvent)> break_duration_generator_async;
   /// Called for every state change, in order, one at a time, outside the breaker's lock, on the
   /// thread of the call that caused it (see CircuitBreaker for the delivery rules).
   std::function<void(const CircuitStateChange&)> on_state_changed;
+  /// Awaited for every state change, after the synchronous observers have seen it (Kevlar's
+  /// OnStateChangedAsync): one change at a time, in order, never two at once. The execution that
+  /// caused the change awaits it before it completes, on its executor with its cancellation slot,
+  /// and receives its exception; a synchronous caller (Shield::execute, reset(), isolate())
+  /// runs it to completion on a private io_context. See CircuitBreaker for the lane's rules.
+  std::function<boost::asio::awaitable<void>(CircuitStateChange)> on_state_changed_async;
   /// The outcomes this breaker counts as failures, instead of the ambient clause (Shield::when) in
   /// force where it is added (Kevlar's HandlesException / HandlesResult). Unset: the ambient one.
   std::optional<Clause> handles;
@@ -189,10 +209,19 @@ class CircuitBreakerCore {
 
   /// What a failure was, for events and the break-duration generator.
   struct Failure {
-    std::exception_ptr exception;      ///< the failure, if an exception
-    boost::system::error_code error;   ///< the failure, if an error code
-    const Context* context = nullptr;  ///< the failing execution's context, if any
+    std::exception_ptr exception;         ///< the failure, if an exception
+    boost::system::error_code error;      ///< the failure, if an error code
+    const Context* context = nullptr;     ///< the failing execution's context, if any
     const OutcomeRef* outcome = nullptr;  ///< the handled outcome, if any (BreakEvent::outcome)
+  };
+
+  /// A trip whose break the caller sizes itself with break_duration_generator_async (see
+  /// reserve_opening): the reservation and what the generator is told.
+  struct Opening {
+    std::uint64_t token = 0;                   ///< the reservation (stale once superseded)
+    CircuitState from = CircuitState::closed;  ///< the state the circuit opens from
+    Admission admission;                       ///< how the tripping call was admitted
+    BreakEvent event{};                        ///< what the generator is told
   };
 
   /// Counters, for tests and diagnostics (a consistent snapshot taken under the lock).
@@ -267,14 +296,32 @@ class CircuitBreakerCore {
     record_outcome(now, a, details, false, true);
   }
   /// Records a handled failure of the call admitted as `a`, completed at `now`; `slow` if it took
-  /// at least slow_call_threshold (counted as slow too). May open the circuit (calling break_duration_generator outside the lock,
-  /// whose exception propagates after the reservation is cancelled).
+  /// at least slow_call_threshold (counted as slow too). May open the circuit (calling
+  /// break_duration_generator outside the lock, whose exception propagates after the reservation is
+  /// cancelled).
   void record_failure(Clock::time_point now, const Admission& a, const Failure& failure,
                       bool slow = false) {
     record_outcome(now, a, failure, true, slow);
   }
   /// Same, for a failure without details.
   void record_failure(Clock::time_point now, const Admission& a);
+
+  /// record_failure (`failed`) or record_slow_success (not `failed`) for a caller that awaits
+  /// break_duration_generator_async itself (the CircuitBreaker strategy in an execution; requires
+  /// that option). Returns true and fills `opening` when the outcome trips the circuit: the
+  /// opening is then pending, and the caller must end it with exactly one of open_reserved()
+  /// (the generator's duration) or cancel_opening() (it failed, or the call was abandoned).
+  /// Returns false when nothing opens (state changes it made, such as none, are delivered).
+  bool reserve_opening(Clock::time_point now, const Admission& a, const Failure& details,
+                       bool failed, bool slow, Opening& opening);
+  /// Opens the circuit reserved as `opening` for `d` from `now`, unless a concurrent reset() or
+  /// isolate() made the reservation stale (then nothing happens). Throws std::invalid_argument
+  /// (after cancelling the reservation) if `d` is not positive or above max_duration, and what a
+  /// state-change observer throws (the circuit is then open).
+  void open_reserved(const Opening& opening, Clock::time_point now, Clock::duration d);
+  /// Cancels the reservation `opening`, as a failing generator does: the circuit stays as it was,
+  /// able to trip on a later failure; a half-open probe frees its slot. No-op when stale.
+  void cancel_opening(const Opening& opening) noexcept;
 
   /// The call admitted as `a` ended without an outcome that counts (cancelled by its caller, or
   /// abandoned): frees its probe slot if it is a probe of the current half-open period.
@@ -290,6 +337,19 @@ class CircuitBreakerCore {
   /// Adds an observer of state changes (called after options.on_state_changed and the observers
   /// added before it, for changes queued after this call).
   void subscribe(std::function<void(const CircuitStateChange&)> observer);
+
+  /// The lane of options().on_state_changed_async, for an asynchronous execution that claimed
+  /// it (detail::TransitionSource::lane_claim). Pops the next change whose hook the holder
+  /// awaits into `change` and returns true; when none is left, releases the lane, moves the
+  /// failures gathered since it was claimed (observers' and hooks') into `failures` and returns
+  /// false.
+  bool next_lane_change(CircuitStateChange& change, std::vector<std::exception_ptr>& failures);
+  /// The hook the lane's holder awaited threw `failure`.
+  void lane_hook_failed(std::exception_ptr failure) noexcept;
+  /// The lane's holder was abandoned (its executor destroyed): releases the lane and drops its
+  /// gathered failures. Changes still queued are awaited by the next caller that finds the lane
+  /// free (the caller of the next state change).
+  void abandon_lane() noexcept;
 
   /// A snapshot of the counters; the ratio window is read as of `now`.
   [[nodiscard]] Metrics metrics(Clock::time_point now) const;
@@ -318,11 +378,6 @@ class CircuitBreakerCore {
     std::size_t strategy_index = EventSource::no_strategy;
     const Strategy* strategy = nullptr;
   };
-  struct OpeningReservation {
-    std::uint64_t token = 0;
-    CircuitState from = CircuitState::closed;
-    BreakEvent event{};
-  };
 
   // --- under mutex_
   std::uint64_t enqueue(CircuitState from, CircuitState to);
@@ -342,7 +397,19 @@ class CircuitBreakerCore {
   /// A failure, or a slow outcome: the path that may open the circuit.
   void record_outcome(Clock::time_point now, const Admission& a, const Failure& failure,
                       bool failed, bool slow);
+  /// The locked part of record_outcome: counts, opens at once (filling `ticket`) or reserves an
+  /// opening for a generator (returns true and fills `opening`).
+  bool count_outcome(Clock::time_point now, const Admission& a, const Failure& failure, bool failed,
+                     bool slow, Opening& opening, std::uint64_t& ticket);
+  /// Runs break_duration_generator_async to completion on a private io_context (record_failure
+  /// called directly).
+  [[nodiscard]] Clock::duration await_generator(const BreakEvent& event) const;
   void deliver(std::uint64_t ticket);
+  /// A synchronous caller holds the lane: runs the queued asynchronous hooks to completion, then
+  /// throws the gathered failures (`failures` first).
+  void pump_lane(std::vector<std::exception_ptr> failures);
+  /// Throws nothing (none), the exception (one) or CircuitObserverErrors (several).
+  static void throw_failures(std::vector<std::exception_ptr> failures);
   void record_success_slow(Clock::time_point now, const Admission& a);
   void count_success_slow(Clock::time_point now);
 
@@ -385,15 +452,33 @@ class CircuitBreakerCore {
   std::uint64_t delivering_owner_ = 0;
   std::vector<std::pair<std::uint64_t, std::exception_ptr>> observer_failures_;
   std::condition_variable delivered_;
+  /// on_state_changed_async: changes whose hook is still to be awaited, in order.
+  std::deque<CircuitStateChange> lane_;
+  bool lane_busy_ = false;  ///< a caller awaits the hooks (it pops lane_ until empty)
+  std::vector<std::exception_ptr> lane_failures_;  ///< gathered for the lane's holder
 };
 namespace detail {
 
 /// A breaker's per-execution state, in its layer's frame: how the call was admitted and whether
 /// its outcome was recorded.
 struct BreakerFrame {
+  /// What the execution still owes the breaker when it ends.
+  enum class Pending : unsigned char {
+    nothing,  ///< admitted while closed, or already recorded
+    probe,    ///< a half-open probe slot, until its outcome is recorded
+    opening,  ///< a reserved opening, while break_duration_generator_async runs
+    lane,     ///< the hooks' lane (on_state_changed_async), while the execution awaits them
+  };
   CircuitBreakerCore::Admission admission;
-  bool settled = true;
+  Pending pending = Pending::nothing;
   Clock::time_point started{};  ///< admission time, when slow calls are tracked
+  // Written before they are read, while an asynchronous break-duration generator runs: a frame
+  // that never trips pays nothing for them.
+  std::uint64_t opening_token;   ///< the reservation (CircuitBreakerCore::Opening::token)
+  CircuitState opening_from;     ///< the state the circuit opens from
+  Clock::duration break_length;  ///< the generator's result
+  HookEnd hook;                  ///< how the generator or a state-change hook ended
+  Step after_lane;               ///< what the execution does once the lane is empty
 };
 
 }  // namespace detail
@@ -415,6 +500,16 @@ struct BreakerFrame {
 ///
 /// Rejections never run the inner part: errc::circuit_open with retry_after = the remaining break
 /// (open) or none (half-open with every probe slot taken); errc::isolated with none (isolated).
+///
+/// The asynchronous state-change hook (CircuitBreakerOptions::on_state_changed_async) runs in a
+/// lane: each change is queued for it once the synchronous observers have seen it, and one caller
+/// at a time holds the lane and awaits the queued hooks, in order, until none is left. The caller
+/// whose change finds the lane free takes it: an asynchronous execution awaits the hooks on its
+/// executor with its cancellation slot before it completes (a probe before it runs); a
+/// synchronous caller runs them to completion on a private io_context. A caller whose change finds
+/// the lane taken does not wait: the holder awaits that change's hook too, and receives its
+/// exception (so does a change made from inside a hook). The holder's outcome is the hooks' (and
+/// observers') exception — several: CircuitObserverErrors; a probe then does not run.
 ///
 /// Thread-safety: one instance serves every execution of every shield it is part of; all members
 /// are thread-safe. Shields sharing the instance share the circuit.
@@ -457,15 +552,38 @@ class CircuitBreaker final : public BasicStrategy<CircuitBreaker, detail::Breake
   Step start(Layer& layer, Frame& f);
   /// Records the outcome: handled -> failure, cancelled from outside -> nothing, else success.
   Step inner_complete(Layer& layer, Frame& f);
-  /// Frees a probe slot the execution still holds (abandoned before its outcome was recorded).
+  /// An awaited break-duration generator ended: opens the circuit, or leaves it as it was.
+  Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
+  /// Frees a probe slot the execution still holds, or cancels the opening it was sizing
+  /// (abandoned before its outcome was recorded).
   void finish(Layer& layer, Frame& f) noexcept;
 
  private:
   /// inner_complete when slow calls are tracked, for an outcome that counts (`handled`: a
   /// failure): the call's duration decides whether it is also slow.
   Step complete_timed(Layer& layer, Frame& f, bool handled);
+  /// Records an outcome that may open the circuit (a failure, or a slow success).
+  Step record_tripping(Layer& layer, Frame& f, Clock::time_point now, bool failed, bool slow);
+  /// record_tripping with break_duration_generator_async: reserves the opening and awaits the
+  /// generator.
+  Step size_break(Layer& layer, Frame& f, Clock::time_point now,
+                  const CircuitBreakerCore::Failure& details, bool failed, bool slow);
+  /// The generator ended (f.hook): opens the circuit with its duration, or cancels the opening.
+  Step break_sized(Layer& layer, Frame& f);
+  /// The reservation the frame holds.
+  [[nodiscard]] static CircuitBreakerCore::Opening opening_of(const Frame& f) noexcept;
+  /// A successful probe (may close the circuit).
+  [[gnu::noinline]] Step probe_succeeded(Layer& layer, Frame& f);
+  /// After a call into the core: `next`, or, if the execution claimed the hooks' lane, await
+  /// the queued state-change hooks first.
+  Step after_transitions(Layer& layer, Frame& f, bool claimed, Step next);
+  /// Awaits the next queued state-change hook, or ends the lane (lane_done).
+  Step pump_lane(Layer& layer, Frame& f);
+  /// The lane is empty: `f.after_lane`, or the gathered failures as the outcome.
+  Step lane_done(Layer& layer, Frame& f, std::vector<std::exception_ptr> failures);
   /// The layer's transition source, bound to this breaker's core.
-  [[nodiscard]] detail::TransitionSource transition_source(const Layer& layer) const noexcept;
+  [[nodiscard]] detail::TransitionSource transition_source(
+      const Layer& layer, bool* lane_claim = nullptr) const noexcept;
   CircuitBreakerCore core_;
   std::shared_ptr<const Clause> own_clause_;  ///< options().handles
 };
