@@ -1,5 +1,6 @@
 # shellcheck shell=bash disable=SC2034  # the arrays below are read by the scripts that source this
-# tools/lib/deps.sh — shared by tools/run-tests.sh and tools/run-demo.sh (sourced, not run).
+# tools/lib/deps.sh — shared by tools/run-tests.sh, tools/run-demo.sh and tools/bench-report.sh
+# (sourced, not run).
 #
 # kevlar builds against Debian bookworm's packages. kevlar_ensure_packages installs only what is
 # missing: it asks dpkg first and touches apt (update + install) only when something is absent,
@@ -18,6 +19,12 @@ KEVLAR_DEMO_PACKAGES=(g++ cmake ninja-build libboost1.81-dev libspdlog-dev gnupl
 KEVLAR_TEST_PACKAGES=(g++ clang libclang-rt-14-dev cmake ninja-build ccache libboost1.81-dev
                       libgtest-dev libbenchmark-dev libspdlog-dev git python3 valgrind
                       prometheus curl gcovr gnuplot-nox)
+
+# What the benchmark report builds with (the release preset: tests, benchmarks and samples, so
+# GoogleTest and Google Benchmark) and runs with: python3 reads the run's JSON, valgrind counts
+# instructions, gnuplot-nox draws the chart.
+KEVLAR_BENCH_PACKAGES=(g++ cmake ninja-build ccache libboost1.81-dev libgtest-dev libbenchmark-dev
+                       libspdlog-dev python3 valgrind gnuplot-nox)
 
 kevlar_banner() {
   printf '\n======================================================================\n'
