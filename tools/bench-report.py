@@ -302,7 +302,7 @@ def package_version(cmake_dir, pattern):
     return None
 
 
-def machine(build_dir, context):
+def machine(build_dir, context, commit):
     cache = cmake_cache(build_dir)
     compiler = cache.get("CMAKE_CXX_COMPILER", "c++")
     build_type = cache.get("CMAKE_BUILD_TYPE") or "unknown"
@@ -320,8 +320,9 @@ def machine(build_dir, context):
         "benchmark": package_version(cache.get("benchmark_DIR"), r"benchmark-([0-9.]+)")
         or "unknown",
         "benchmark_build": context.get("library_build_type", "unknown"),
-        "commit": first_line(["git", "-C", os.path.dirname(os.path.abspath(__file__)),
-                              "describe", "--always", "--dirty", "--abbrev=10"]) or "unknown",
+        "commit": commit or first_line(["git", "-C", os.path.dirname(os.path.abspath(__file__)),
+                                        "describe", "--always", "--dirty", "--abbrev=10"])
+        or "unknown",
     }
 
 
@@ -389,7 +390,7 @@ def write_chart(args, by_name):
     png = os.path.abspath(os.path.join(args.out_dir, "benchmarks.png"))
     script = os.path.join(args.work_dir, "benchmarks-chart.gp")
     with open(script, "w", encoding="utf-8") as f:
-        f.write(f"""set terminal pngcairo size 1280,720 font 'DejaVu Sans,11'
+        f.write(f"""set terminal pngcairo size 1600,800 font 'DejaVu Sans,11'
 set output '{png}'
 set datafile separator tab
 set datafile missing '?'
@@ -412,7 +413,7 @@ plot '{data}' using 2:xtic(1) title 'kevlar, synchronous (this run)' lc rgb '#15
      '' using 4 title 'Kevlar .NET (published, other hardware)' lc rgb '#9e9e9e', \\
      '' using 5 title 'Polly v8 .NET (published, other hardware)' lc rgb '#c62828', \\
      for [i=2:5] '' using ($0 + (i - 3.5) * 0.2):i:(sprintf('%.3g', column(i))) \\
-       with labels offset 0,0.7 font ',9' notitle
+       with labels offset 0,0.6 font ',8' notitle
 """)
     subprocess.run(["gnuplot", script], check=True)
     return shown
@@ -604,13 +605,14 @@ def main():
     p.add_argument("--repetitions", required=True)
     p.add_argument("--min-time", required=True)
     p.add_argument("--filter", default="")
+    p.add_argument("--commit", help="the commit measured (default: the checkout's, now)")
     args = p.parse_args()
 
     context, rows = load_rows(args.json)
     if not rows:
         sys.exit("bench-report: the run has no benchmarks (check --filter)")
     counts = load_instructions(args.instructions)
-    info = machine(args.build_dir, context)
+    info = machine(args.build_dir, context, args.commit)
     os.makedirs(args.out_dir, exist_ok=True)
     os.makedirs(args.work_dir, exist_ok=True)
     path = write_report(args, context, rows, counts, info)

@@ -107,6 +107,9 @@ fi
 mkdir -p "$work" "$out_dir"
 json="$work/benchmarks.json"
 
+# The commit measured, read before the run (a checkout edited during it stays unaffected).
+commit=$(git describe --always --dirty --abbrev=10 2>/dev/null || echo unknown)
+
 kevlar_banner "bench-report: kevlar_benchmarks, $repetitions repetitions of ${min_time} s, interleaved"
 run=("$bench" "--benchmark_repetitions=$repetitions" "--benchmark_enable_random_interleaving=true"
      "--benchmark_min_time=$min_time" "--benchmark_display_aggregates_only=true"
@@ -128,4 +131,4 @@ kevlar_banner "bench-report: $out_dir/benchmarks.md and $out_dir/benchmarks.png"
 python3 tools/bench-report.py --json "$json" --instructions "$counts" \
   --instructions-source "$source_kind" --build-dir "$build_dir" --out-dir "$out_dir" \
   --work-dir "$work" --command "$command" --repetitions "$repetitions" --min-time "$min_time" \
-  --filter "$filter"
+  --filter "$filter" --commit "$commit"
