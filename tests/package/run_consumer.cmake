@@ -3,6 +3,7 @@
 #         -DKEVLAR_BINARY_DIR=<kevlar build tree> -DWORK_DIR=<scratch dir>
 #         [-DGENERATOR=<gen>] [-DMAKE_PROGRAM=<path>] [-DCXX_COMPILER=<path>]
 #         [-DCXX_LAUNCHER=<ccache>] [-DBUILD_TYPE=<cfg>] [-DSANITIZE=<list>]
+#         [-DRECYCLING_CACHE_SIZE=<kevlar's KEVLAR_ASIO_RECYCLING_CACHE_SIZE>]
 #         -P tests/package/run_consumer.cmake
 #
 # find_package:     `cmake --install` the kevlar build tree into WORK_DIR/prefix, then configure
@@ -11,6 +12,9 @@
 # add_subdirectory: configure tests/package/subdir_consumer, which add_subdirectory()s the
 #                   source tree with tests, benchmarks and samples off; build, run.
 # WORK_DIR is wiped first, so the test can run any number of times.
+#
+# Either way the consumer is told kevlar's KEVLAR_ASIO_RECYCLING_CACHE_SIZE (0 when empty) and
+# fails to compile unless kevlar::kevlar gave its sources the same recycling cache size.
 
 cmake_minimum_required(VERSION 3.25)
 
@@ -70,6 +74,12 @@ if(DEFINED SANITIZE AND NOT SANITIZE STREQUAL "")
                              "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${sanitizers}")
 endif()
 
+if(DEFINED RECYCLING_CACHE_SIZE AND NOT RECYCLING_CACHE_SIZE STREQUAL "")
+  list(APPEND configure_args "-DKEVLAR_EXPECTED_RECYCLING_CACHE_SIZE=${RECYCLING_CACHE_SIZE}")
+else()
+  list(APPEND configure_args "-DKEVLAR_EXPECTED_RECYCLING_CACHE_SIZE=0")
+endif()
+
 if(MODE STREQUAL "find_package")
   run("install kevlar into ${prefix}"
       "${CMAKE_COMMAND}" --install "${KEVLAR_BINARY_DIR}" --prefix "${prefix}" ${config_args})
@@ -89,7 +99,9 @@ if(MODE STREQUAL "find_package")
   list(APPEND configure_args "-DCMAKE_PREFIX_PATH=${prefix}" "-DKEVLAR_EXPECTED_PREFIX=${prefix}"
                              -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON)
 else()
-  list(APPEND configure_args "-DKEVLAR_SOURCE_DIR=${KEVLAR_SOURCE_DIR}")
+  # The vendoring project builds kevlar itself, with the cache size kevlar's own build used.
+  list(APPEND configure_args "-DKEVLAR_SOURCE_DIR=${KEVLAR_SOURCE_DIR}"
+                             "-DKEVLAR_ASIO_RECYCLING_CACHE_SIZE=${RECYCLING_CACHE_SIZE}")
 endif()
 
 run("configure ${project_dir}" "${CMAKE_COMMAND}" ${configure_args})
