@@ -3,7 +3,9 @@
 #
 # On Debian bookworm, as root (or with sudo): installs missing packages, then runs five stages,
 # each in its own build directory under build/ with Ninja, ccache and -Werror:
-#   a  gcc-release    g++ Release: tests, benchmarks, samples, packaging tests; benchmark smoke run
+#   a  gcc-release    g++ Release: tests, benchmarks, samples, packaging tests; benchmark smoke run;
+#                     then kevlar_benchmarks alone with KEVLAR_ASIO_RECYCLING_CACHE_SIZE set
+#                     (build/ci-gcc-release-tuned): its coroutine handoff pairs must allocate nothing
 #   b  clang-release  clang++ Release: tests, benchmarks, samples
 #   c  gcc-asan       g++ Debug with AddressSanitizer + UBSan: tests, with gcov counters: the
 #                     coverage of src/, include/ and strategies/ (tools/coverage.sh: floors on
@@ -18,6 +20,9 @@ cd "$(dirname "$0")/.."
 source tools/lib/deps.sh
 
 jobs="${KEVLAR_JOBS:-2}"
+# Stage a's tuned build: the smallest KEVLAR_ASIO_RECYCLING_CACHE_SIZE at which a coroutine
+# handoff pair allocates nothing (3 still allocates 3 blocks per pair; see docs/execution.md).
+tuned_cache_size=4
 stages="${KEVLAR_STAGES:-a e b c d}"
 summary=()
 current_stage=""
@@ -99,6 +104,22 @@ for stage in $stages; do
       else
         echo "run-tests: no $bench; benchmark smoke run skipped"
       fi
+      # The tuned build: Asio's recycling cache sized so that a coroutine handoff pair allocates
+      # nothing (docs/execution.md, "Asio's recycling cache"). Only kevlar_benchmarks (and the
+      # libraries it links) is built; ccache makes that quick after the first run.
+      kevlar_banner "stage a: KEVLAR_ASIO_RECYCLING_CACHE_SIZE=$tuned_cache_size — coroutine pairs allocate nothing"
+      tuned=build/ci-gcc-release-tuned
+      cmake -S . -B "$tuned" -G Ninja -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release \
+        "${KEVLAR_CMAKE_LAUNCHER[@]}" -DKEVLAR_WARNINGS_AS_ERRORS=ON -DKEVLAR_BUILD_TESTS=OFF \
+        -DKEVLAR_BUILD_BENCHMARKS=ON -DKEVLAR_BUILD_SAMPLES=OFF -DKEVLAR_PACKAGE_TESTS=OFF \
+        -DKEVLAR_SANITIZE= -DKEVLAR_ASIO_RECYCLING_CACHE_SIZE="$tuned_cache_size"
+      cmake --build "$tuned" --target kevlar_benchmarks --parallel "$jobs"
+      "$tuned/benchmarks/kevlar_benchmarks" --benchmark_min_time=0.05 \
+        --benchmark_filter='^BM_QueuedHandoffPair/(unpaired|no_limiter_control)/(callback|coroutine)/idle$' \
+        --benchmark_out="$tuned/pairs.json" --benchmark_out_format=json
+      ./tools/check-pair-allocations.py "$tuned/pairs.json" \
+        BM_QueuedHandoffPair/unpaired/coroutine/idle \
+        BM_QueuedHandoffPair/no_limiter_control/coroutine/idle
       ;;
     b)
       current_stage="b clang-release"
