@@ -10,6 +10,8 @@
 #if defined(BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE)
 #error "KEVLAR_ASIO_RECYCLING_CACHE_SIZE is empty, yet a cache size is on the command line"
 #endif
+#elif !defined(BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE)
+#error "KEVLAR_ASIO_RECYCLING_CACHE_SIZE is set, yet kevlar::kevlar did not define the cache size"
 #else
 static_assert(BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE == KEVLAR_TEST_ASIO_RECYCLING_CACHE_SIZE,
               "kevlar::kevlar's interface definition of the cache size did not reach this file");

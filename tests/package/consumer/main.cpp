@@ -11,6 +11,8 @@
 #if defined(BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE)
 #error "kevlar was built with Asio's default recycling cache size, yet kevlar::kevlar defines one"
 #endif
+#elif !defined(BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE)
+#error "kevlar was built with a recycling cache size, yet kevlar::kevlar did not pass it on"
 #else
 static_assert(BOOST_ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE == KEVLAR_EXPECTED_RECYCLING_CACHE_SIZE,
               "kevlar::kevlar did not give this consumer kevlar's recycling cache size");
