@@ -17,6 +17,7 @@
 #include "bench_support.hpp"
 #include "handoff_pair.hpp"
 #include "semaphore_controls.hpp"
+#include "two_object_limiter.hpp"
 
 #include <handoff_ops.hpp>
 
@@ -51,75 +52,9 @@ using boost::system::error_code;
 
 using kevlar::bench::keep_second_thread_alive;
 
-/// Kevlar's two-object limiter (interlocked counters; a semaphore that only carries wake-ups),
-/// following the rules that make it correct in C++ (seq_cst Dekker pair, registration before the
-/// retry of the fast path). Benchmark control only.
-template <class Sem>
-class TwoObjectLimiter final : public kevlar::Strategy {
- public:
-  template <class... A>
-  TwoObjectLimiter(int limit, int queue, A&&... sem_args)
-      : limit_(limit), queue_(queue), available_(limit), sem_(std::forward<A>(sem_args)...) {}
-  std::string describe() const override { return "TwoObjectLimiter"; }
-  kevlar::StrategyTraits traits() const noexcept override {
-    return {kevlar::StrategyRole::proactive, true, 0};
-  }
-  kevlar::Step on_start(kevlar::Layer& layer) override {
-    if (pending_.fetch_add(1, std::memory_order_seq_cst) + 1 > limit_ + queue_) {
-      pending_.fetch_sub(1, std::memory_order_seq_cst);
-      layer.outcome().set_rejection(make_error_code(kevlar::errc::concurrency_limit_exceeded), {});
-      return kevlar::Step::complete;
-    }
-    if (try_take()) return kevlar::Step::run_inner;
-    waiters_.fetch_add(1, std::memory_order_seq_cst);
-    if (try_take()) {
-      waiters_.fetch_sub(1, std::memory_order_seq_cst);
-      return kevlar::Step::run_inner;
-    }
-    sem_.async_acquire(layer.wait_handler());
-    return kevlar::Step::suspend;
-  }
-  kevlar::Step on_wait_complete(kevlar::Layer& layer, const error_code& ec) override {
-    waiters_.fetch_sub(1, std::memory_order_seq_cst);
-    if (ec) {
-      pending_.fetch_sub(1, std::memory_order_seq_cst);
-      layer.outcome().set_error(ec);
-      return kevlar::Step::complete;
-    }
-    return kevlar::Step::run_inner;  // the semaphore handed us a permit
-  }
-  [[nodiscard]] int waiting() const noexcept { return waiters_.load(std::memory_order_acquire); }
-  kevlar::Step on_inner_complete(kevlar::Layer&) override {
-    available_.fetch_add(1, std::memory_order_seq_cst);
-    if (waiters_.load(std::memory_order_seq_cst) > 0 && try_take()) (void)sem_.release();
-    pending_.fetch_sub(1, std::memory_order_seq_cst);
-    return kevlar::Step::complete;
-  }
-
- private:
-  bool try_take() noexcept {
-    int a = available_.load(std::memory_order_seq_cst);
-    while (a > 0) {
-      if (available_.compare_exchange_weak(a, a - 1, std::memory_order_seq_cst)) return true;
-    }
-    return false;
-  }
-  const int limit_;
-  const int queue_;
-  std::atomic<long long> pending_{0};
-  std::atomic<int> available_;
-  std::atomic<int> waiters_{0};
-  Sem sem_;
-};
-
 using kevlar::bench::Caller;
 using kevlar::bench::NoLimiter;
 using kevlar::bench::Regime;
-
-template <class Sem>
-bool queued(const TwoObjectLimiter<Sem>& s) noexcept {
-  return s.waiting() > 0;
-}
 
 /// The benchmark's loop: pairs until Google Benchmark has timed enough of them; allocations
 /// counted from the first measured pair.
@@ -157,13 +92,9 @@ void pair_benchmark(benchmark::State& state, Make make_strategy, Caller caller, 
 }
 
 auto unpaired = [](asio::io_context&) { return kevlar::bench::pair_limiter(); };
-auto mutex_control = [](asio::io_context& ioc) {
-  return std::make_shared<TwoObjectLimiter<kevlar::bench::MutexDequeSemaphore>>(
-      1, 1, ioc.get_executor(), 0u);
-};
+auto mutex_control = [](asio::io_context& ioc) { return kevlar::bench::pair_mutex_control(ioc); };
 auto channel_control = [](asio::io_context& ioc) {
-  return std::make_shared<TwoObjectLimiter<kevlar::bench::ChannelSemaphore>>(
-      1, 1, ioc.get_executor(), 0u, 1u);
+  return kevlar::bench::pair_channel_control(ioc);
 };
 
 void no_limiter_pair(benchmark::State& state, Caller caller, Regime regime) {

@@ -11,6 +11,7 @@
 // which cancels start-up and shield construction.
 #include "handoff_pair.hpp"
 #include "second_thread.hpp"
+#include "two_object_limiter.hpp"
 
 #include <kevlar/chaos.hpp>
 #include <kevlar/kevlar.hpp>
@@ -112,8 +113,8 @@ int run_async(const kevlar::Shield& shield, long calls) {
 }
 
 /// Runs `pairs` measured pairs (after the driver's warm-up) of one idle BM_QueuedHandoffPair cell:
-/// `unpaired_callback`, `unpaired_coroutine`, `no_limiter_control_callback` or
-/// `no_limiter_control_coroutine`.
+/// `<semaphore>_<caller>`, semaphore one of `unpaired`, `mutex_control`, `channel_control` and
+/// `no_limiter_control`, caller `callback` or `coroutine`.
 int run_pair_cell(const char* cell, long pairs) {
   using kevlar::bench::Caller;
   struct CountedLoop {
@@ -133,6 +134,14 @@ int run_pair_cell(const char* cell, long pairs) {
                                    kevlar::bench::Regime::idle);
   } else if (name.starts_with("unpaired_")) {
     const auto limiter = kevlar::bench::pair_limiter();
+    run = kevlar::bench::run_pairs(loop, kevlar::Shield{}.use(limiter), *limiter, ioc, caller,
+                                   kevlar::bench::Regime::idle);
+  } else if (name.starts_with("mutex_control_")) {
+    const auto limiter = kevlar::bench::pair_mutex_control(ioc);
+    run = kevlar::bench::run_pairs(loop, kevlar::Shield{}.use(limiter), *limiter, ioc, caller,
+                                   kevlar::bench::Regime::idle);
+  } else if (name.starts_with("channel_control_")) {
+    const auto limiter = kevlar::bench::pair_channel_control(ioc);
     run = kevlar::bench::run_pairs(loop, kevlar::Shield{}.use(limiter), *limiter, ioc, caller,
                                    kevlar::bench::Regime::idle);
   } else {
