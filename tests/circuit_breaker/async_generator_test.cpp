@@ -73,23 +73,8 @@ CircuitBreakerOptions one_failure_trips() {
   return o;
 }
 
-/// Starts an execution of `shield` whose call fails with `ec` (or succeeds with 1), recording its
-/// completion in `got`.
-void start(const Shield& shield, asio::io_context& io, error_code ec,
-           std::optional<error_code>& got) {
-  shield.execute_async(
-      [&io, ec](auto token) {
-        return test::async_answer(io.get_executor(), ec, 1, std::move(token));
-      },
-      asio::bind_executor(io, [&got](error_code e, int) { got = e; }));
-}
-
-void poll(asio::io_context& io) {
-  for (int i = 0; i < 10; ++i) {
-    io.restart();
-    io.poll();
-  }
-}
+using test::poll_rounds;
+using test::start_call;
 
 TEST(BreakerAsyncGenerator, TheTrippingExecutionAwaitsItAndTheBreakStartsWithItsResult) {
   const auto clock = ManualClock::create();
@@ -102,8 +87,8 @@ TEST(BreakerAsyncGenerator, TheTrippingExecutionAwaitsItAndTheBreakStartsWithIts
   const Shield shield = Shield{}.use(breaker).with_clock(clock);
 
   std::optional<error_code> first;
-  start(shield, io, asio::error::connection_reset, first);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, first);
+  poll_rounds(io);
   EXPECT_FALSE(first.has_value()) << "the execution awaits the generator";
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].from, S::closed);
@@ -118,14 +103,14 @@ TEST(BreakerAsyncGenerator, TheTrippingExecutionAwaitsItAndTheBreakStartsWithIts
 
   // Meanwhile the closed circuit admits calls; a second failure starts no second generator.
   std::optional<error_code> second;
-  start(shield, io, asio::error::connection_reset, second);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, second);
+  poll_rounds(io);
   EXPECT_EQ(second, error_code(asio::error::connection_reset));
   EXPECT_EQ(seen.size(), 1u);
 
   clock->advance(2s);  // the break starts when the duration arrives, not at the failure
   gate.cancel();
-  poll(io);
+  poll_rounds(io);
   EXPECT_EQ(first, error_code(asio::error::connection_reset));
   EXPECT_EQ(breaker->state(), S::open);
   EXPECT_FALSE(breaker->core().metrics(clock->now()).opening_pending);
@@ -183,17 +168,17 @@ TEST(BreakerAsyncGenerator, AHalfOpenCircuitAdmitsNoProbeWhileItRuns) {
   const Shield shield = Shield{}.use(breaker).with_clock(clock);
   // Open the circuit through a first trip.
   std::optional<error_code> first;
-  start(shield, io, asio::error::connection_reset, first);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, first);
+  poll_rounds(io);
   gate.cancel();
-  poll(io);
+  poll_rounds(io);
   ASSERT_EQ(breaker->state(), S::open);
   clock->advance(5s);
   gate.expires_at(asio::steady_timer::time_point::max());
 
   std::optional<error_code> probe;
-  start(shield, io, asio::error::connection_reset, probe);  // the probe fails
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, probe);  // the probe fails
+  poll_rounds(io);
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[1].from, S::half_open);
   EXPECT_EQ(seen[1].trip_number, 2);
@@ -202,7 +187,7 @@ TEST(BreakerAsyncGenerator, AHalfOpenCircuitAdmitsNoProbeWhileItRuns) {
   ASSERT_TRUE(refused.has_error()) << "a second probe slot is free, but an opening is pending";
   EXPECT_EQ(refused.error(), errc::circuit_open);
   gate.cancel();
-  poll(io);
+  poll_rounds(io);
   EXPECT_EQ(probe, error_code(asio::error::connection_reset));
   EXPECT_EQ(breaker->state(), S::open);
 }
@@ -220,16 +205,16 @@ TEST(BreakerAsyncGenerator, AFailingGeneratorIsTheOutcomeAndTheCircuitCanTripAga
   const auto breaker = CircuitBreaker::create(o);
   const Shield shield = Shield{}.use(breaker).with_clock(clock);
   std::optional<error_code> got;
-  start(shield, io, asio::error::connection_reset, got);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, got);
+  poll_rounds(io);
   EXPECT_EQ(got, error_code(errc::callback_exception))
       << "an error-code completion cannot carry it";
   EXPECT_EQ(breaker->state(), S::closed);
   EXPECT_FALSE(breaker->core().metrics(clock->now()).opening_pending);
 
   got.reset();
-  start(shield, io, asio::error::connection_reset, got);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, got);
+  poll_rounds(io);
   EXPECT_EQ(got, error_code(asio::error::connection_reset));
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(breaker->state(), S::open);
@@ -282,11 +267,11 @@ TEST(BreakerAsyncGenerator, TheCallersCancellationEndsItAndCancelsTheOpening) {
       },
       asio::bind_cancellation_slot(cancel.slot(),
                                    asio::bind_executor(io, [&](error_code ec, int) { got = ec; })));
-  poll(io);
+  poll_rounds(io);
   ASSERT_FALSE(got.has_value());
   EXPECT_TRUE(breaker->core().metrics(clock->now()).opening_pending);
   cancel.emit(asio::cancellation_type::terminal);
-  poll(io);
+  poll_rounds(io);
   ASSERT_TRUE(got.has_value()) << "the generator's wait was not cancelled";
   EXPECT_EQ(*got, asio::error::operation_aborted);
   EXPECT_FALSE(returned);
@@ -304,12 +289,12 @@ TEST(BreakerAsyncGenerator, AResetWhileItRunsDiscardsItsResult) {
   const auto breaker = CircuitBreaker::create(o);
   const Shield shield = Shield{}.use(breaker).with_clock(clock);
   std::optional<error_code> got;
-  start(shield, io, asio::error::connection_reset, got);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, got);
+  poll_rounds(io);
   ASSERT_EQ(seen.size(), 1u);
   breaker->reset();
   gate.cancel();
-  poll(io);
+  poll_rounds(io);
   EXPECT_EQ(got, error_code(asio::error::connection_reset));
   EXPECT_EQ(breaker->state(), S::closed) << "a stale duration opens nothing";
 }
@@ -333,7 +318,7 @@ TEST(BreakerAsyncGenerator, AnExecutionAbandonedWhileItRunsCancelsTheOpening) {
                                     std::move(token));
         },
         asio::bind_executor(io, [&](error_code, int) { delivered = true; }));
-    poll(io);
+    poll_rounds(io);
     EXPECT_TRUE(breaker->core().metrics(clock->now()).opening_pending);
   }  // the io_context goes with the generator's coroutine and the execution it holds
   EXPECT_FALSE(delivered);

@@ -80,22 +80,8 @@ struct Logged {
   }
 };
 
-void start(const Shield& shield, asio::io_context& io, error_code ec,
-           std::optional<error_code>& got, int* calls = nullptr) {
-  shield.execute_async(
-      [&io, ec, calls](auto token) {
-        if (calls != nullptr) ++*calls;
-        return test::async_answer(io.get_executor(), ec, 1, std::move(token));
-      },
-      asio::bind_executor(io, [&got](error_code e, int) { got = e; }));
-}
-
-void poll(asio::io_context& io) {
-  for (int i = 0; i < 10; ++i) {
-    io.restart();
-    io.poll();
-  }
-}
+using test::poll_rounds;
+using test::start_call;
 
 TEST(BreakerAsyncStateHook, TheCausingExecutionAwaitsItAfterTheSynchronousObservers) {
   const auto clock = ManualClock::create();
@@ -106,13 +92,13 @@ TEST(BreakerAsyncStateHook, TheCausingExecutionAwaitsItAfterTheSynchronousObserv
   const auto breaker = l.breaker();
   const Shield shield = Shield{}.use(breaker).with_clock(clock);
   std::optional<error_code> got;
-  start(shield, io, asio::error::connection_reset, got);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, got);
+  poll_rounds(io);
   EXPECT_FALSE(got.has_value()) << "the execution awaits the hook";
   EXPECT_EQ(breaker->state(), S::open) << "the change stands while its hook runs";
   EXPECT_EQ(l.log, (std::vector<std::string>{"sync:closed->open", "sub:closed->open"}));
   gate.cancel();
-  poll(io);
+  poll_rounds(io);
   EXPECT_EQ(got, error_code(asio::error::connection_reset));
   EXPECT_EQ(l.log, (std::vector<std::string>{"sync:closed->open", "sub:closed->open",
                                              "async:closed->open"}));
@@ -132,8 +118,8 @@ TEST(BreakerAsyncStateHook, AProbeRunsOnlyOnceItsHalfOpenHookEnded) {
   l.log.clear();
 
   std::optional<error_code> got;
-  start(shield, io, asio::error::connection_reset, got);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, got);
+  poll_rounds(io);
   ASSERT_EQ(breaker->state(), S::open);
   clock->advance(5s);
   asio::steady_timer gate(io, asio::steady_timer::time_point::max());
@@ -141,13 +127,13 @@ TEST(BreakerAsyncStateHook, AProbeRunsOnlyOnceItsHalfOpenHookEnded) {
   l.log.clear();
   int calls = 0;
   got.reset();
-  start(shield, io, {}, got, &calls);
-  poll(io);
+  start_call(shield, io, {}, got, &calls);
+  poll_rounds(io);
   EXPECT_EQ(breaker->state(), S::half_open);
   EXPECT_EQ(calls, 0) << "the probe waits for the open -> half_open hook";
   gate.cancel();  // the first hook goes on; the next ones do not wait
   l.gate = nullptr;
-  poll(io);
+  poll_rounds(io);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(got, error_code());
   EXPECT_EQ(breaker->state(), S::closed);
@@ -174,8 +160,8 @@ TEST(BreakerAsyncStateHook, ItsFailureIsTheOutcomeAndAProbeThatFailsSoDoesNotRun
   const Shield shield = Shield{}.use(breaker).with_clock(clock);
   failures_left = 1;
   std::optional<error_code> got;
-  start(shield, io, asio::error::connection_reset, got);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, got);
+  poll_rounds(io);
   EXPECT_EQ(got, error_code(errc::callback_exception))
       << "an error-code completion cannot carry it";
   EXPECT_EQ(breaker->state(), S::open) << "the change stands";
@@ -184,14 +170,14 @@ TEST(BreakerAsyncStateHook, ItsFailureIsTheOutcomeAndAProbeThatFailsSoDoesNotRun
   failures_left = 1;
   int calls = 0;
   got.reset();
-  start(shield, io, {}, got, &calls);
-  poll(io);
+  start_call(shield, io, {}, got, &calls);
+  poll_rounds(io);
   EXPECT_EQ(got, error_code(errc::callback_exception));
   EXPECT_EQ(calls, 0) << "the probe whose hook failed does not run";
   EXPECT_EQ(breaker->state(), S::half_open);
   got.reset();
-  start(shield, io, {}, got, &calls);  // its slot was freed: the next call is the probe
-  poll(io);
+  start_call(shield, io, {}, got, &calls);  // its slot was freed: the next call is the probe
+  poll_rounds(io);
   EXPECT_EQ(got, error_code());
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(breaker->state(), S::closed);
@@ -232,8 +218,8 @@ TEST(BreakerAsyncStateHook, AChangeThatFindsTheLaneTakenIsAwaitedByItsHolderInOr
   const auto breaker = l.breaker();
   const Shield shield = Shield{}.use(breaker).with_clock(clock);
   std::optional<error_code> got;
-  start(shield, io, asio::error::connection_reset, got);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, got);
+  poll_rounds(io);
   ASSERT_FALSE(got.has_value());
   breaker->reset();  // the lane is taken: reset() returns once its synchronous observers ran
   breaker->isolate();
@@ -242,7 +228,7 @@ TEST(BreakerAsyncStateHook, AChangeThatFindsTheLaneTakenIsAwaitedByItsHolderInOr
                                              "sync:closed->isolated", "sub:closed->isolated"}));
   gate.cancel();  // the first hook goes on; the next ones do not wait
   l.gate = nullptr;
-  poll(io);
+  poll_rounds(io);
   EXPECT_EQ(got, error_code(asio::error::connection_reset));
   EXPECT_EQ(l.log, (std::vector<std::string>{
                        "sync:closed->open", "sub:closed->open", "sync:open->closed",
@@ -266,8 +252,8 @@ TEST(BreakerAsyncStateHook, AChangeMadeInsideTheHookIsAwaitedNextWithoutDeadlock
   breaker = CircuitBreaker::create(o);
   const Shield shield = Shield{}.use(breaker).with_clock(clock);
   std::optional<error_code> got;
-  start(shield, io, asio::error::connection_reset, got);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, got);
+  poll_rounds(io);
   EXPECT_EQ(got, error_code(asio::error::connection_reset));
   EXPECT_EQ(log, (std::vector<std::string>{"closed->open", "open->isolated"}));
   EXPECT_EQ(breaker->state(), S::isolated);
@@ -296,10 +282,10 @@ TEST(BreakerAsyncStateHook, TheHoldersCancellationEndsTheHookAndFreesTheLane) {
       },
       asio::bind_cancellation_slot(cancel.slot(),
                                    asio::bind_executor(io, [&](error_code ec, int) { got = ec; })));
-  poll(io);
+  poll_rounds(io);
   ASSERT_FALSE(got.has_value());
   cancel.emit(asio::cancellation_type::terminal);
-  poll(io);
+  poll_rounds(io);
   ASSERT_TRUE(got.has_value()) << "the hook's wait was not cancelled";
   EXPECT_EQ(*got, asio::error::operation_aborted);
   EXPECT_FALSE(returned);
@@ -332,7 +318,7 @@ TEST(BreakerAsyncStateHook, AnAbandonedHolderFreesTheLaneAndTheNextChangeAwaitsW
                                     std::move(token));
         },
         asio::bind_executor(io, [&](error_code, int) { delivered = true; }));
-    poll(io);
+    poll_rounds(io);
     breaker->reset();  // queued behind the holder's hook
     EXPECT_TRUE(log.empty());
   }  // the io_context goes with the hook's coroutine and the execution it holds
@@ -355,12 +341,12 @@ TEST(BreakerAsyncStateHook, NothingIsAwaitedWithoutAChange) {
   const auto breaker = CircuitBreaker::create(o);
   const Shield shield = Shield{}.use(breaker).with_clock(clock);
   std::optional<error_code> got;
-  start(shield, io, {}, got);
-  poll(io);
+  start_call(shield, io, {}, got);
+  poll_rounds(io);
   EXPECT_EQ(got, error_code());
   got.reset();
-  start(shield, io, asio::error::connection_reset, got);
-  poll(io);
+  start_call(shield, io, asio::error::connection_reset, got);
+  poll_rounds(io);
   EXPECT_EQ(got, error_code(asio::error::connection_reset));
   EXPECT_EQ(hooks, 0);
   EXPECT_EQ(breaker->state(), S::closed);

@@ -4,10 +4,14 @@
 
 #include <kevlar/circuit_breaker.hpp>
 
+#include <core/async_ops.hpp>
+
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -15,6 +19,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -25,6 +30,27 @@ namespace kevlar::test {
 struct Boom : std::runtime_error {
   Boom() : std::runtime_error("boom") {}
 };
+
+/// Starts an asynchronous execution of `shield` whose call completes with `ec` (and 1) on `io`,
+/// counting its calls in `*calls` if given; its completion's error lands in `got`.
+inline void start_call(const Shield& shield, boost::asio::io_context& io,
+                       boost::system::error_code ec, std::optional<boost::system::error_code>& got,
+                       int* calls = nullptr) {
+  shield.execute_async(
+      [&io, ec, calls](auto token) {
+        if (calls != nullptr) ++*calls;
+        return async_answer(io.get_executor(), ec, 1, std::move(token));
+      },
+      boost::asio::bind_executor(io, [&got](boost::system::error_code e, int) { got = e; }));
+}
+
+/// Runs what is ready on `io`, and what that makes ready, a few rounds deep (no blocking).
+inline void poll_rounds(boost::asio::io_context& io) {
+  for (int i = 0; i < 10; ++i) {
+    io.restart();
+    io.poll();
+  }
+}
 
 /// Drives a CircuitBreakerCore through whole calls at a time the test moves by hand.
 struct Driver {
