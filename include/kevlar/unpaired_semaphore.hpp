@@ -7,6 +7,7 @@
 // reusing this queue, its cancellation and its executor rules. See docs/semaphore.md.
 #pragma once
 
+#include <kevlar/detail/spin_lock.hpp>
 #include <kevlar/detail/trampoline.hpp>
 #include <kevlar/detail/wait_queue.hpp>
 #include <kevlar/error.hpp>
@@ -397,7 +398,7 @@ class BasicUnpairedSemaphore {
     }
     detail::WakeChain granted;
     {
-      std::lock_guard<detail::SlowPathLock> lock(lock_);
+      std::lock_guard<detail::SpinLock> lock(lock_);
       const std::int64_t k = ledger_.release_locked(n);
       if (k < 0) return false;
       for (std::int64_t i = 0; i < k; ++i) {
@@ -475,7 +476,7 @@ class BasicUnpairedSemaphore {
     if (ledger_.try_acquire()) return {};
     detail::BlockingWaiter waiter;
     {
-      std::lock_guard<detail::SlowPathLock> lock(lock_);
+      std::lock_guard<detail::SpinLock> lock(lock_);
       switch (ledger_.admit_locked()) {
         case Admission::granted:
           return {};
@@ -503,7 +504,7 @@ class BasicUnpairedSemaphore {
   void close() noexcept {
     detail::WakeChain aborted;
     {
-      std::lock_guard<detail::SlowPathLock> lock(lock_);
+      std::lock_guard<detail::SpinLock> lock(lock_);
       ledger_.close_locked();
       detail::WaitNode* head = queue_.take_all();
       for (detail::WaitNode* n = head; n != nullptr; n = n->next_) {
@@ -550,7 +551,7 @@ class BasicUnpairedSemaphore {
     const WaitState s = node->state();
     if (s != WaitState::idle && s != WaitState::linked) return;
     {
-      std::lock_guard<detail::SlowPathLock> lock(lock_);
+      std::lock_guard<detail::SpinLock> lock(lock_);
       switch (node->state()) {
         case WaitState::idle:
           node->set_state(WaitState::cancel_pending);
@@ -574,7 +575,7 @@ class BasicUnpairedSemaphore {
   // The ledger word is written by every fast path: keep it alone on its cache line.
   alignas(64) L ledger_;
   // Slow-path state, touched only to park, hand off, cancel and close.
-  alignas(64) detail::SlowPathLock lock_;
+  alignas(64) detail::SpinLock lock_;
   detail::WaitQueue queue_;
 };
 
@@ -835,7 +836,7 @@ void BasicUnpairedSemaphore<L>::start_acquire(Handler&& handler) {
 
   boost::system::error_code ec;
   {
-    std::lock_guard<detail::SlowPathLock> lock(lock_);
+    std::lock_guard<detail::SpinLock> lock(lock_);
     if (op->state() == detail::WaitState::cancel_pending) {
       ec = boost::asio::error::operation_aborted;
       op->set_state(detail::WaitState::cancelled);

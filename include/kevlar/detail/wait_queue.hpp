@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <thread>
 
 namespace kevlar::detail {
 
@@ -149,42 +148,6 @@ class WakeChain {
  private:
   WaitNode* head_ = nullptr;
   WaitNode* tail_ = nullptr;
-};
-
-/// Pauses a spinning thread briefly (a hint to the CPU; no syscall).
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__) || defined(__arm__)
-  asm volatile("yield");
-#endif
-}
-
-/// The slow-path lock: test-and-test-and-set with a short spin, then yielding. It is taken only
-/// to park, to hand off to a parked waiter, to cancel and to close (never on the ready paths), and
-/// the critical sections it guards are a handful of pointer and word updates that never allocate,
-/// block or call user code. Locking costs one atomic exchange and unlocking one plain release
-/// store, where a pthread mutex pays an atomic read-modify-write for each (and a futex call when
-/// contended). A holder that is preempted makes contenders yield, not burn a time slice.
-class SlowPathLock {
- public:
-  void lock() noexcept {
-    for (;;) {
-      if (!locked_.exchange(true, std::memory_order_acquire)) return;
-      for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
-        if (spins < spin_limit) {
-          cpu_relax();
-        } else {
-          std::this_thread::yield();
-        }
-      }
-    }
-  }
-  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
-
- private:
-  static constexpr int spin_limit = 64;
-  std::atomic<bool> locked_{false};
 };
 
 }  // namespace kevlar::detail
