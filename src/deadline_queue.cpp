@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <utility>
 
@@ -87,7 +88,7 @@ void DeadlineQueue::arm_timer_locked(Clock::time_point t) {
 }
 
 void DeadlineQueue::arm(DeadlineEntry& e) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   e.queue = this;
   e.state = DeadlineEntry::State::armed;
   link_back(e);
@@ -108,7 +109,7 @@ void DeadlineQueue::arm(DeadlineEntry& e) {
 }
 
 bool DeadlineQueue::disarm(DeadlineEntry& e) noexcept {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(lock_);
   switch (e.state) {
     case DeadlineEntry::State::armed:
       unlink(head_, tail_, e);
@@ -139,7 +140,7 @@ void DeadlineQueue::check_idle(void* queue) noexcept {
   // disarm or a later arm, so the load sees that write or a newer one.
   if (q->armed_.load(std::memory_order_relaxed) != 0) return;
   {
-    std::lock_guard lock(q->mutex_);
+    std::lock_guard lock(q->lock_);
     if (q->head_ != nullptr || !q->timer_waiting_ || q->sweep_pending_ || q->shut_down_) return;
     q->sweep_pending_ = true;
   }
@@ -147,7 +148,7 @@ void DeadlineQueue::check_idle(void* queue) noexcept {
 }
 
 void DeadlineQueue::release_idle_timer() noexcept {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   if (head_ == nullptr && timer_waiting_) timer_->cancel();
 }
 
@@ -172,14 +173,14 @@ void DeadlineQueue::post_sweep(bool second_pass) noexcept {
       boost::asio::post(ex_, SweepJob{this, second_pass});
     }
   } catch (...) {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(lock_);
     sweep_pending_ = false;
   }
 }
 
 void DeadlineQueue::sweep(bool second_pass) noexcept {
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(lock_);
     if (shut_down_ || head_ != nullptr || !timer_waiting_) {
       sweep_pending_ = false;  // a call came back (it keeps the timer), or nothing is left to do
       return;
@@ -210,7 +211,7 @@ struct FireJob {
 }  // namespace
 
 void DeadlineQueue::complete(const boost::system::error_code&) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   timer_waiting_ = false;
   if (shut_down_) return;
   const Clock::time_point now = clock_->now();
@@ -246,7 +247,7 @@ void DeadlineQueue::abandon() noexcept {
   // held by arm_timer_locked on this thread; the wait was never recorded, so there is nothing to
   // undo (locking again would deadlock).
   if (tl_arming_queue == this) return;
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_);
   timer_waiting_ = false;
 }
 
@@ -255,7 +256,7 @@ void DeadlineQueue::deliver(DeadlineEntry* target, std::uint64_t ticket) {
   std::size_t index = 0;
   DeadlineEntry::Fire fire = nullptr;
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(lock_);
     for (DeadlineEntry* e = firing_head_; e != nullptr; e = e->next) {
       if (e != target || e->ticket != ticket) continue;
       unlink(firing_head_, firing_tail_, *e);
@@ -280,7 +281,7 @@ void DeadlineQueue::deliver(DeadlineEntry* target, std::uint64_t ticket) {
 void DeadlineQueue::shutdown() noexcept {
   std::unique_ptr<ClockTimer> timer;
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(lock_);
     shut_down_ = true;
     timer = std::move(timer_);
   }
@@ -357,22 +358,43 @@ struct CacheEntry {
 thread_local std::array<CacheEntry, 4> tl_cache;
 thread_local unsigned tl_cache_next = 0;
 
+/// This thread's cached queue for (context, clock, duration), or nullptr.
+DeadlineQueue* cached_queue(const boost::asio::execution_context* ctx, const Clock& clock,
+                            Clock::duration duration) noexcept {
+  const std::uint64_t epoch = g_service_epoch.load(std::memory_order_acquire);
+  for (const CacheEntry& c : tl_cache) {
+    if (c.context == ctx && c.clock == &clock && c.duration == duration.count() &&
+        c.epoch == epoch) {
+      return c.queue;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 DeadlineQueue& deadline_queue_for(const boost::asio::any_io_executor& ex, const Clock& clock,
                                   Clock::duration duration) {
   boost::asio::execution_context& ctx = boost::asio::query(ex, boost::asio::execution::context);
+  // Read before the lookup: a queue created by a service that dies meanwhile is cached with the
+  // old epoch and never handed out.
   const std::uint64_t epoch = g_service_epoch.load(std::memory_order_acquire);
-  for (const CacheEntry& c : tl_cache) {
-    if (c.context == &ctx && c.clock == &clock && c.duration == duration.count() &&
-        c.epoch == epoch) {
-      return *c.queue;
-    }
-  }
+  if (DeadlineQueue* q = cached_queue(&ctx, clock, duration)) return *q;
   DeadlineQueue& q = boost::asio::use_service<DeadlineService>(ctx).queue(ex, clock, duration);
   tl_cache[tl_cache_next++ % tl_cache.size()] =
       CacheEntry{&ctx, &clock, duration.count(), epoch, &q};
   return q;
+}
+
+DeadlineQueue& deadline_queue_for(const CallBase& call, const Clock& clock,
+                                  Clock::duration duration) {
+  // On an io_context's plain executor the execution names its context directly: no
+  // any_io_executor is built, queried and destroyed per call.
+  if (const void* io = call.trampoline_context()) {
+    const boost::asio::execution_context* ctx = static_cast<const boost::asio::io_context*>(io);
+    if (DeadlineQueue* q = cached_queue(ctx, clock, duration)) return *q;
+  }
+  return deadline_queue_for(call.call_executor(), clock, duration);
 }
 
 void resume_at_deadline(CallBase& call, std::size_t index) {

@@ -270,7 +270,7 @@ class Layer {
     slot.call = call_;
     slot.index = index_;
     if (action == DeadlineAction::resume) slot.fire = &detail::resume_at_deadline;
-    detail::deadline_queue_for(executor(), clock(), same_duration).arm(slot);
+    detail::deadline_queue_for(*call_, clock(), same_duration).arm(slot);
   }
   /// Disarms a slot armed by arm_deadline; returns true if it had fired already (its action was
   /// performed). Call it once per arming.

@@ -640,6 +640,32 @@ TEST_F(Timeout, OneCallersBusyStrandDoesNotDelayAnothersDeadline) {
   TimeoutStrategy::release_idle_timers(fresh);
 }
 
+// The deadline queue is found per execution context, also on the fast path that names the
+// context without building the call's executor: a second context run by the same thread gets a
+// queue (and a timer) of its own, so its deadline expires while only that context runs.
+TEST_F(Timeout, EachContextOfOneThreadHasItsOwnDeadlineQueue) {
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  asio::io_context other;
+  asio::steady_timer other_hang(other);
+  std::optional<error_code> here;
+  std::optional<error_code> there;
+  shield.execute_async(Hang{&hang_timer},
+                       asio::bind_executor(ioc, [&](error_code ec) { here = ec; }));
+  ioc.poll();  // this thread now knows ioc's queue
+  shield.execute_async(Hang{&other_hang},
+                       asio::bind_executor(other, [&](error_code ec) { there = ec; }));
+  other.poll();
+  clock->advance(1s);
+  for (int i = 0; i < 4 && !there; ++i) other.poll();
+  ASSERT_TRUE(there.has_value()) << "the other context's deadline was armed in ioc's queue";
+  EXPECT_EQ(*there, errc::timeout);
+  EXPECT_FALSE(here.has_value());  // ioc has not run since: its expiry is still on its way
+  for (int i = 0; i < 4 && !here; ++i) ioc.poll();
+  ASSERT_TRUE(here.has_value());
+  EXPECT_EQ(*here, errc::timeout);
+  TimeoutStrategy::release_idle_timers(other);
+}
+
 // Nor does the queue keep the work of the executor that created it: once every call is done and
 // the idle timer released, the context runs out of work.
 TEST_F(Timeout, TheDeadlineQueueKeepsNoCallersWork) {

@@ -4,6 +4,7 @@
 
 #include <kevlar/clock.hpp>
 #include <kevlar/detail/engine.hpp>
+#include <kevlar/detail/spin_lock.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/execution_context.hpp>
@@ -12,7 +13,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 
 namespace kevlar::detail {
 
@@ -103,7 +103,10 @@ class DeadlineQueue final : private ClockWaiter {
   const Clock* clock_;
   boost::asio::any_io_executor ex_;
   bool ordered_;  ///< every deadline has the same duration: appending keeps the list sorted
-  std::mutex mutex_;
+  /// Guards the lists and the timer state. A spin lock: arming and disarming, the sections every
+  /// call takes it for, are a few pointer updates; the long sections (starting the timer's wait,
+  /// posting expiries) run once per timer expiry, not per call.
+  SpinLock lock_;
   DeadlineEntry* head_ = nullptr;  ///< armed, earliest first
   std::atomic<std::uint32_t> armed_{0};  ///< entries in the armed list
   DeadlineEntry* tail_ = nullptr;
@@ -121,6 +124,10 @@ class DeadlineQueue final : private ClockWaiter {
 /// varying durations). Queues belong to an Asio service of the context and die with it.
 [[nodiscard]] DeadlineQueue& deadline_queue_for(const boost::asio::any_io_executor& ex,
                                                 const Clock& clock, Clock::duration duration);
+/// The same for the execution `call`, found without building its executor when it runs on an
+/// io_context's plain executor and this thread has met the queue before (the per-call case).
+[[nodiscard]] DeadlineQueue& deadline_queue_for(const CallBase& call, const Clock& clock,
+                                                Clock::duration duration);
 
 /// DeadlineAction::resume: resumes the strategy at layer `index`, suspended on its attempts, as
 /// its own wait's completion would (Strategy::on_wait_complete with success).
