@@ -11,6 +11,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -30,6 +31,22 @@ namespace kevlar::detail {
 struct HookEnd {
   bool failed;  ///< the hook threw (or was cancelled): the outcome holds its exception
 };
+
+/// True if the caller, a stop request or a deadline outside `layer` cancelled its execution: what
+/// a strategy checks when a step it awaited (a wait, a hook) has ended.
+[[nodiscard]] inline bool cancelled_meanwhile(const Layer& layer) noexcept {
+  return layer.cancelled_from_outside() || layer.context().cancelled();
+}
+
+/// An awaited hook failed and its exception is the outcome. If the execution was cancelled
+/// meanwhile and that exception is a cancellation (the cancellation reached what the hook
+/// awaited), the outcome becomes `operation_aborted`, as any cancelled wait's does. Every
+/// strategy with an awaited hook applies this one rule.
+inline void report_cancelled_hook(Layer& layer) noexcept {
+  if (cancelled_meanwhile(layer) && layer.outcome().is_cancellation()) {
+    layer.outcome().set_error(boost::asio::error::operation_aborted);
+  }
+}
 
 /// Runs `hook` with every cancellation type let through and Asio's throw-if-cancelled net on (a
 /// cancellation that arrives while the hook awaits something deaf to it still stops the hook at

@@ -251,7 +251,7 @@ Step ChaosLatencyStrategy::on_wait_complete(Layer& layer, const boost::system::e
     layer.outcome().set_error(ec);
     return Step::complete;
   }
-  if (layer.cancelled_from_outside() || layer.context().cancelled()) {  // as the wait ended
+  if (detail::cancelled_meanwhile(layer)) {  // as the wait ended
     layer.outcome().set_error(boost::asio::error::operation_aborted);
     return Step::complete;
   }
@@ -342,15 +342,11 @@ Step ChaosBehaviorStrategy::wait_complete(Layer& layer, Frame& f,
 }
 
 Step ChaosBehaviorStrategy::after_behavior(Layer& layer, Frame& f) {
-  const bool cancelled = layer.cancelled_from_outside() || layer.context().cancelled();
   if (f.hook.failed) {  // the behaviour's exception is the outcome
-    if (cancelled && layer.outcome().is_cancellation()) {
-      // The cancellation reached what the behaviour awaited: a cancellation, as any wait's.
-      layer.outcome().set_error(boost::asio::error::operation_aborted);
-    }
+    detail::report_cancelled_hook(layer);
     return Step::complete;
   }
-  if (cancelled) {  // a deadline, stop request or cancellation passed meanwhile
+  if (detail::cancelled_meanwhile(layer)) {  // a deadline, stop request or cancellation passed meanwhile
     layer.outcome().set_error(boost::asio::error::operation_aborted);
     return Step::complete;
   }

@@ -52,9 +52,6 @@ std::string format_factor(double f) {
 
 /// True if the caller (or a strategy outside `layer`) cancelled the execution: its cancellation
 /// slot or stop token, or a cooperative deadline set outside this layer that has passed.
-bool caller_cancelled(const Layer& layer) noexcept {
-  return layer.cancelled_from_outside() || layer.context().cancelled();
-}
 
 }  // namespace
 
@@ -331,7 +328,7 @@ Step RetryStrategy::inner_complete(Layer& layer, Frame& f) {
 }
 
 Step RetryStrategy::retry(Layer& layer, Frame& f) {
-  if (caller_cancelled(layer)) return Step::complete;  // the original failure surfaces
+  if (detail::cancelled_meanwhile(layer)) return Step::complete;  // the original failure surfaces
   const int attempt = ++f.used;
   Clock::duration delay =
       planned_delay(attempt, attempt == 1 ? Clock::duration::zero() : f.previous);
@@ -385,7 +382,7 @@ Step RetryStrategy::after_delay_generators(Layer& layer, Frame& f) {
 }
 
 Step RetryStrategy::after_retry_hooks(Layer& layer, Frame& f) {
-  if (caller_cancelled(layer)) {
+  if (detail::cancelled_meanwhile(layer)) {
     layer.outcome().set_error(boost::asio::error::operation_aborted);
     return Step::complete;
   }
@@ -396,10 +393,7 @@ Step RetryStrategy::after_retry_hooks(Layer& layer, Frame& f) {
 
 bool RetryStrategy::hook_failed(Layer& layer, const Frame& f) {
   if (!f.hook.failed) return false;
-  // The hook's exception is the outcome; a cancellation the caller asked for is reported as one.
-  if (caller_cancelled(layer) && layer.outcome().is_cancellation()) {
-    layer.outcome().set_error(boost::asio::error::operation_aborted);
-  }
+  detail::report_cancelled_hook(layer);  // the hook's exception is the outcome
   return true;
 }
 
@@ -413,7 +407,7 @@ Step RetryStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::e
     layer.outcome().set_error(ec);
     return Step::complete;
   }
-  if (caller_cancelled(layer)) {  // cancelled as the wait completed
+  if (detail::cancelled_meanwhile(layer)) {  // cancelled as the wait completed
     layer.outcome().set_error(boost::asio::error::operation_aborted);
     return Step::complete;
   }

@@ -275,10 +275,7 @@ class FallbackStrategy final : public Strategy {
     const detail::HookEnd& end = layer.frame_as<detail::HookEnd>();
     OutcomeRef out = layer.outcome();
     if (end.failed) {
-      if ((layer.cancelled_from_outside() || layer.context().cancelled()) &&
-          out.is_cancellation()) {
-        out.set_error(boost::asio::error::operation_aborted);
-      }
+      detail::report_cancelled_hook(layer);
       return Step::complete;
     }
     if constexpr (std::is_void_v<T>) out.set_success();  // a value was set as it arrived
