@@ -1,5 +1,6 @@
 // BM_Observability: timeout -> retry -> breaker (BM_Pipeline's shield, named "api") without
-// observers, with a do-nothing observer (the cost of being observed at all), with the metrics
+// observers, with two clock reads around each call (the floor under timing executions), with a
+// do-nothing observer (the cost of being observed at all), with the metrics
 // observer, and with the spdlog observer on a null sink; run them in one invocation with
 // BM_Pipeline/timeout_retry_breaker, their unobserved baseline:
 //   kevlar_benchmarks --benchmark_filter='BM_Pipeline/timeout_retry_breaker$|BM_Observability'
@@ -32,6 +33,26 @@ std::shared_ptr<spdlog::logger> null_logger(spdlog::level::level_enum level) {
 void BM_Observability_unobserved(benchmark::State& state) {
   kevlar::bench::run_sync_calls(
       state, named(), "no event loop; no observer (compare BM_Pipeline/timeout_retry_breaker)");
+}
+
+/// The floor under any observer that reports an execution's duration: the unobserved shield plus
+/// the two reads of the shield's clock a duration takes (one on entering the shield, one on
+/// leaving it), done here around the call by hand. An observed shield cannot cost less than this.
+void BM_Observability_clock_reads_control(benchmark::State& state) {
+  const kevlar::Shield& shield = named();
+  const kevlar::Clock& clock = shield.clock();
+  int x = 0;
+  kevlar::bench::AllocReport allocs;
+  for (auto _ : state) {
+    const kevlar::Clock::time_point started = clock.now();
+    x = shield.execute([x] { return kevlar::bench::work(x); });
+    benchmark::DoNotOptimize(x);
+    benchmark::DoNotOptimize(clock.now() - started);
+  }
+  allocs.report(state);
+  state.SetLabel(
+      "no event loop; no observer, two Clock::now() around each call: the floor under timing "
+      "executions (compare BM_Observability/unobserved and /metrics)");
 }
 
 /// A do-nothing observer that wants only ExecutionFinished: the cost of being observed at all
@@ -79,6 +100,7 @@ void BM_Observability_spdlog_null_sink_debug(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_Observability_unobserved)->Name("BM_Observability/unobserved");
+BENCHMARK(BM_Observability_clock_reads_control)->Name("BM_Observability/clock_reads_control");
 BENCHMARK(BM_Observability_noop_observer)->Name("BM_Observability/noop_observer");
 BENCHMARK(BM_Observability_metrics)->Name("BM_Observability/metrics");
 BENCHMARK(BM_Observability_spdlog_null_sink)->Name("BM_Observability/spdlog_null_sink");
