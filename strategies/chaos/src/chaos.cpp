@@ -1,4 +1,5 @@
 #include <kevlar/chaos.hpp>
+#include <kevlar/detail/duration_check.hpp>
 #include <kevlar/detail/duration_format.hpp>
 
 #include <boost/asio/bind_executor.hpp>
@@ -10,7 +11,6 @@
 #include <cmath>
 #include <cstdio>
 #include <list>
-#include <sstream>
 
 namespace kevlar {
 
@@ -199,16 +199,6 @@ std::string ChaosCore::describe_options() const {
   return out;
 }
 
-void check_chaos_delay(Clock::duration d, const char* what) {
-  if (d >= Clock::duration::zero() && d <= ChaosLatencyOptions::max_delay) return;
-  std::ostringstream msg;
-  msg << what << " must be between 0 and "
-      << std::chrono::duration_cast<std::chrono::milliseconds>(ChaosLatencyOptions::max_delay)
-             .count()
-      << " ms (got " << std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() << " ns)";
-  throw std::invalid_argument(msg.str());
-}
-
 void check_chaos_outcome_options(bool has_result, bool has_generator) {
   if (has_result == has_generator) {
     throw std::invalid_argument(
@@ -222,7 +212,8 @@ void check_chaos_outcome_options(bool has_result, bool has_generator) {
 
 ChaosLatencyStrategy::ChaosLatencyStrategy(ChaosLatencyOptions options)
     : options_(std::move(options)), core_(options_.chaos, "kevlar::ChaosLatencyOptions") {
-  detail::check_chaos_delay(options_.delay, "kevlar::ChaosLatencyOptions::delay");
+  detail::check_duration(options_.delay, ChaosLatencyOptions::max_delay,
+                         detail::DurationFloor::zero, "kevlar::ChaosLatencyOptions::delay");
 }
 
 std::string ChaosLatencyStrategy::describe() const {
@@ -239,7 +230,9 @@ Step ChaosLatencyStrategy::on_start(Layer& layer) {
   Clock::duration delay = options_.delay;
   if (options_.delay_generator) {
     delay = options_.delay_generator(layer.context());
-    detail::check_chaos_delay(delay, "kevlar chaos: delay_generator's result");
+    detail::check_duration(delay, ChaosLatencyOptions::max_delay, detail::DurationFloor::zero,
+                           "kevlar::ChaosLatencyOptions::delay_generator",
+                           detail::DurationRole::result);
   }
   core_.notify(ChaosKind::latency, layer, d);
   if (delay == Clock::duration::zero()) return Step::run_inner;

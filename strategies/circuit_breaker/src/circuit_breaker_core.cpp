@@ -1,6 +1,7 @@
 // The circuit breaker's decisions: its options' validation and CircuitBreakerCore, the state
 // machine (closed, open, half-open, isolated; probes; openings sized by a generator).
 #include <kevlar/circuit_breaker_core.hpp>
+#include <kevlar/detail/duration_check.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -29,14 +30,11 @@ void CircuitBreakerOptions::validate() const {
     throw std::invalid_argument(
         "kevlar::CircuitBreakerOptions::minimum_throughput must be at least 1");
   }
-  if (sampling_window <= Clock::duration::zero() || sampling_window > max_duration) {
-    throw std::invalid_argument(
-        "kevlar::CircuitBreakerOptions::sampling_window must be positive and at most 2^32 - 2 ms");
-  }
-  if (break_duration <= Clock::duration::zero() || break_duration > max_duration) {
-    throw std::invalid_argument(
-        "kevlar::CircuitBreakerOptions::break_duration must be positive and at most 2^32 - 2 ms");
-  }
+  using detail::DurationFloor;
+  detail::check_duration(sampling_window, max_duration, DurationFloor::positive,
+                         "kevlar::CircuitBreakerOptions::sampling_window");
+  detail::check_duration(break_duration, max_duration, DurationFloor::positive,
+                         "kevlar::CircuitBreakerOptions::break_duration");
   if (half_open_probes < 1) {
     throw std::invalid_argument(
         "kevlar::CircuitBreakerOptions::half_open_probes must be at least 1");
@@ -45,11 +43,9 @@ void CircuitBreakerOptions::validate() const {
     throw std::invalid_argument(
         "kevlar::CircuitBreakerOptions::success_threshold must be at least 1");
   }
-  if (slow_call_threshold &&
-      (*slow_call_threshold <= Clock::duration::zero() || *slow_call_threshold > max_duration)) {
-    throw std::invalid_argument(
-        "kevlar::CircuitBreakerOptions::slow_call_threshold must be positive and at most 2^32 - 2 "
-        "ms");
+  if (slow_call_threshold) {
+    detail::check_duration(*slow_call_threshold, max_duration, DurationFloor::positive,
+                           "kevlar::CircuitBreakerOptions::slow_call_threshold");
   }
   if (!(slow_call_ratio > 0.0 && slow_call_ratio <= 1.0)) {
     throw std::invalid_argument("kevlar::CircuitBreakerOptions::slow_call_ratio must be in (0, 1]");
@@ -232,17 +228,6 @@ void CircuitBreakerCore::record_success_slow(Clock::time_point now, const Admiss
   publisher_.deliver(ticket);
 }
 
-namespace {
-void check_break(const CircuitBreakerOptions& o, Clock::duration d) {
-  if (d <= Clock::duration::zero() || d > CircuitBreakerOptions::max_duration) {
-    throw std::invalid_argument(std::string("kevlar::CircuitBreakerOptions::") +
-                                (o.break_duration_generator ? "break_duration_generator"
-                                                            : "break_duration_generator_async") +
-                                " must return a positive duration of at most 2^32 - 2 ms");
-  }
-}
-}  // namespace
-
 bool CircuitBreakerCore::count_outcome(Clock::time_point now, const Admission& a,
                                        const Failure& failure, bool failed, bool slow,
                                        Opening& opening, std::uint64_t& ticket) {
@@ -325,11 +310,16 @@ bool CircuitBreakerCore::reserve_opening(Clock::time_point now, const Admission&
 
 void CircuitBreakerCore::open_reserved(const Opening& opening, Clock::time_point now,
                                        Clock::duration d) {
-  try {
-    check_break(options_, d);
-  } catch (...) {
+  if (!detail::duration_in_range(d, CircuitBreakerOptions::max_duration,
+                                 detail::DurationFloor::positive)) {
     cancel_opening(opening);
-    throw;
+    detail::throw_duration_out_of_range(
+        d, CircuitBreakerOptions::max_duration, detail::DurationFloor::positive,
+        options_.break_duration_generator
+            ? "kevlar::CircuitBreakerOptions::break_duration_generator"
+            : "kevlar::CircuitBreakerOptions::"
+              "break_duration_generator_async",
+        detail::DurationRole::result);
   }
   std::uint64_t ticket = 0;
   {

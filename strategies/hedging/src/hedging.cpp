@@ -1,9 +1,9 @@
 #include <kevlar/detail/deadline_queue.hpp>
+#include <kevlar/detail/duration_check.hpp>
 #include <kevlar/detail/duration_format.hpp>
 #include <kevlar/hedging.hpp>
 
 #include <new>
-#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
@@ -27,13 +27,10 @@ HedgeStrategy::HedgeStrategy(HedgeOptions options) : options_(std::move(options)
                                 std::to_string(options_.max_attempts) + ")");
   }
   const Clock::duration d = options_.delay;
-  if (d != HedgeOptions::infinite_delay && (d < Clock::duration::zero() || d > HedgeOptions::max_delay)) {
-    std::ostringstream msg;
-    msg << "kevlar::HedgeOptions::delay must be between 0 and "
-        << std::chrono::duration_cast<std::chrono::milliseconds>(HedgeOptions::max_delay).count()
-        << " ms, or HedgeOptions::infinite_delay (got "
-        << std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() << " ns)";
-    throw std::invalid_argument(msg.str());
+  if (d != HedgeOptions::infinite_delay) {
+    detail::check_duration(d, HedgeOptions::max_delay, detail::DurationFloor::zero,
+                           "kevlar::HedgeOptions::delay", detail::DurationRole::option,
+                           "HedgeOptions::infinite_delay");
   }
 }
 

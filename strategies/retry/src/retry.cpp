@@ -1,5 +1,6 @@
 // The retry strategy: a loop over the engine's steps, its decisions taken by Backoff (pure) and a
 // per-execution retry counter kept in the layer's frame.
+#include <kevlar/detail/duration_check.hpp>
 #include <kevlar/detail/duration_format.hpp>
 #include <kevlar/detail/observer_layers.hpp>
 #include <kevlar/retry.hpp>
@@ -31,11 +32,9 @@ double thread_random() noexcept {
 }
 
 void check_delay(const char* where, const char* what, Clock::duration d) {
-  if (d < Clock::duration::zero() || d > Backoff::max_delay_limit) {
-    throw std::invalid_argument(std::string("kevlar::") + where + ": " + what +
-                                " must be between 0 and " +
-                                detail::format_duration(Backoff::max_delay_limit) + " (got " +
-                                detail::format_duration(d) + ")");
+  if (!detail::duration_in_range(d, Backoff::max_delay_limit, detail::DurationFloor::zero)) {
+    detail::throw_duration_out_of_range(d, Backoff::max_delay_limit, detail::DurationFloor::zero,
+                                        std::string("kevlar::") + where + ": " + what);
   }
 }
 

@@ -177,9 +177,6 @@ class ChaosCore {
   std::atomic<std::uint64_t> state_;
 };
 
-/// Throws std::invalid_argument unless `d` is in [0, max]; `what` names the option.
-void check_chaos_delay(Clock::duration d, const char* what);
-
 }  // namespace detail
 
 // ---- latency -------------------------------------------------------------------------------------
