@@ -1,11 +1,11 @@
 #include <kevlar/detail/deadline_queue.hpp>
+#include <kevlar/detail/duration_check.hpp>
 #include <kevlar/detail/duration_format.hpp>
 #include <kevlar/timeout.hpp>
 
 #include <boost/asio/error.hpp>
 
 #include <new>
-#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
@@ -16,13 +16,10 @@ using Frame = detail::TimeoutFrame;
 static_assert(std::is_trivially_destructible_v<DeadlineSlot>);
 
 Clock::duration validated(Clock::duration d, const char* what) {
-  if (d <= Clock::duration::zero() || d > TimeoutOptions::max_timeout) {
-    std::ostringstream msg;
-    msg << "kevlar::TimeoutOptions::" << what << " must be positive and at most "
-        << std::chrono::duration_cast<std::chrono::milliseconds>(TimeoutOptions::max_timeout)
-               .count()
-        << " ms (got " << std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() << " ns)";
-    throw std::invalid_argument(msg.str());
+  if (!detail::duration_in_range(d, TimeoutOptions::max_timeout, detail::DurationFloor::positive)) {
+    detail::throw_duration_out_of_range(d, TimeoutOptions::max_timeout,
+                                        detail::DurationFloor::positive,
+                                        std::string("kevlar::TimeoutOptions::") + what);
   }
   return d;
 }
