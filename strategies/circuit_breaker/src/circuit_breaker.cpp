@@ -182,15 +182,6 @@ Step CircuitBreaker::record_tripping(Layer& layer, Frame& f, Clock::time_point n
 
 namespace {
 
-/// An awaited hook failed and its exception is the outcome: a cancellation the caller asked for
-/// is reported as one (`operation_aborted`), as the other strategies' hooks do.
-void report_cancelled_hook(Layer& layer) {
-  if ((layer.cancelled_from_outside() || layer.context().cancelled()) &&
-      layer.outcome().is_cancellation()) {
-    layer.outcome().set_error(boost::asio::error::operation_aborted);
-  }
-}
-
 /// The generator's awaitable, with the tripping outcome kept alive in its frame for as long as
 /// the generator may read it (BreakEvent::outcome points at it).
 /// `options` outlives the coroutine: the execution holds the pipeline that holds the breaker.
@@ -239,7 +230,7 @@ Step CircuitBreaker::break_sized(Layer& layer, Frame& f) {
   const CircuitBreakerCore::Opening opening = opening_of(f);
   if (f.hook.failed) {  // the generator's exception is the outcome
     core_.cancel_opening(opening);
-    report_cancelled_hook(layer);
+    detail::report_cancelled_hook(layer);
     return Step::complete;
   }
   bool claimed = false;
@@ -299,7 +290,7 @@ Step CircuitBreaker::lane_done(Layer& layer, Frame& f, std::vector<std::exceptio
   }
   if (failures.size() == 1) {
     layer.outcome().set_exception(std::move(failures.front()));
-    report_cancelled_hook(layer);
+    detail::report_cancelled_hook(layer);
   } else {
     layer.outcome().set_exception(
         std::make_exception_ptr(CircuitObserverErrors(std::move(failures))));
