@@ -1,6 +1,7 @@
 #include "test_strategies.hpp"
 
 #include <kevlar/kevlar.hpp>
+#include <kevlar/testing/event_recorder.hpp>
 
 #include <gtest/gtest.h>
 
@@ -62,6 +63,100 @@ TEST(Building, WrapAndComposeConcatenateAndShareInstances) {
   EXPECT_EQ(Shield::compose({Shield{}.use(x), Shield{}.use(y), Shield{}.use(z)}).describe(),
             "X -> Y -> Z");
   EXPECT_EQ(Shield::compose({}).describe(), "(empty)");
+}
+
+// The outer shield's name, clock and observers win; what it lacks comes from the inner shield,
+// and an observer of both is called once per event.
+TEST(Building, WrapTakesTheInnerNameClockAndObserversOnlyWhereTheOuterHasNone) {
+  auto clock = ManualClock::create();
+  auto both = std::make_shared<testing::EventRecorder>(event_kinds<ExecutionFinished>());
+  auto inner_only = std::make_shared<testing::EventRecorder>(event_kinds<ExecutionFinished>());
+  const Shield inner = Shield{}
+                           .use(std::make_shared<Named>("Y"))
+                           .with_name("inner")
+                           .with_clock(clock)
+                           .observed_by(both)
+                           .observed_by(inner_only);
+  const Shield w = Shield{}.use(std::make_shared<Named>("X")).observed_by(both).wrap(inner);
+  EXPECT_EQ(w.describe(), "inner: X -> Y");
+  EXPECT_EQ(&w.clock(), clock.get());
+  EXPECT_EQ(w.execute([] { return 1; }), 1);
+  EXPECT_EQ(both->count_of<ExecutionFinished>(), 1U) << "one delivery per observer";
+  EXPECT_EQ(inner_only->count_of<ExecutionFinished>(), 1U);
+
+  auto own_clock = ManualClock::create();
+  const Shield named = Shield{}
+                           .use(std::make_shared<Named>("X"))
+                           .with_name("outer")
+                           .with_clock(own_clock)
+                           .wrap(inner);
+  EXPECT_EQ(named.describe(), "outer: X -> Y");
+  EXPECT_EQ(&named.clock(), own_clock.get());
+  EXPECT_EQ(inner.wrap(Shield{}).describe(), inner.describe())
+      << "an empty inner shield adds nothing";
+}
+
+// A shield wrapped around one built under when() carries that clause to the strategies added
+// after it: here a retry that handles only logic errors.
+TEST(Building, WrapCarriesTheInnerAmbientClauseToStrategiesAddedLater) {
+  const Shield inner = Shield{}.when(Clause{}.exception<std::logic_error>());
+  const Shield w =
+      Shield{}.use(std::make_shared<Named>("X")).wrap(inner).use(std::make_shared<test::Repeat>(2));
+  int calls = 0;
+  EXPECT_THROW(w.execute([&]() -> int {
+    ++calls;
+    throw std::runtime_error("not handled");
+  }),
+               std::runtime_error);
+  EXPECT_EQ(calls, 1) << "a runtime_error is not a logic_error: no repeat";
+  calls = 0;
+  EXPECT_THROW(w.execute([&]() -> int {
+    ++calls;
+    throw std::logic_error("handled");
+  }),
+               std::logic_error);
+  EXPECT_EQ(calls, 3);
+}
+
+TEST(Building, AShieldWithoutObserversReportsNoObserverFailure) {
+  EXPECT_EQ(Shield{}.observer_failures(), 0U);
+  EXPECT_EQ(Shield{}.first_observer_failure(), nullptr);
+  const Shield s = Shield{}.use(std::make_shared<Named>("X"));
+  EXPECT_EQ(s.observer_failures(), 0U);
+  EXPECT_EQ(s.first_observer_failure(), nullptr);
+}
+
+/// A strategy that declares it needs an asynchronous execution.
+class AsyncOnly final : public Strategy {
+ public:
+  explicit AsyncOnly(std::string text) : text_(std::move(text)) {}
+  std::string describe() const override { return text_; }
+  StrategyTraits traits() const noexcept override {
+    StrategyTraits t;
+    t.asynchronous_only = true;
+    return t;
+  }
+  Step on_start(Layer&) override { return Step::run_inner; }
+
+ private:
+  std::string text_;
+};
+
+TEST(Building, ASynchronousExecutionNamesEveryStrategyThatNeedsAnAsynchronousOne) {
+  const Shield s = Shield{}
+                       .use(std::make_shared<AsyncOnly>("RaceA"))
+                       .use(std::make_shared<Named>("Plain"))
+                       .use(std::make_shared<AsyncOnly>("RaceB"));
+  int calls = 0;
+  try {
+    (void)s.execute([&] { return ++calls; });
+    FAIL() << "no exception";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("kevlar::Shield::execute: RaceA, RaceB runs several"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(calls, 0);
 }
 
 TEST(Building, StateIsSharedByInstanceAcrossShields) {

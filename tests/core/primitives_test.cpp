@@ -5,8 +5,12 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 namespace kevlar {
 namespace {
@@ -21,6 +25,32 @@ TEST(Errors, CategoryNamesAndMessages) {
   EXPECT_EQ(ec, errc::timeout);
   EXPECT_NE(ec, errc::circuit_open);
   EXPECT_NE(make_error_code(errc::closed).message().find("closed"), std::string::npos);
+}
+
+TEST(Errors, EveryCodeHasItsOwnMessageAndAnUnknownValueIsNamed) {
+  const std::vector<std::pair<errc, std::string>> codes = {
+      {errc::timeout, "within its timeout"},
+      {errc::circuit_open, "circuit is open"},
+      {errc::isolated, "isolated"},
+      {errc::rate_limited, "rate limit"},
+      {errc::concurrency_limit_exceeded, "concurrency limit"},
+      {errc::closed, "closed"},
+      {errc::callback_exception, "carries no error code"},
+      {errc::invalid_result_type, "does not match the call's result type"},
+      {errc::executor_required, "asio::bind_executor"}};
+  std::set<std::string> messages;
+  for (const auto& [code, needle] : codes) {
+    const std::string m = make_error_code(code).message();
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+    messages.insert(m);
+  }
+  EXPECT_EQ(messages.size(), codes.size()) << "each code says something of its own";
+  EXPECT_EQ(boost::system::error_code(999, error_category()).message(), "unknown kevlar error 999");
+}
+
+TEST(Errors, AnEmptyExceptionPointerCarriesNoCode) {
+  EXPECT_FALSE(detail::error_of_exception(nullptr));
+  EXPECT_FALSE(detail::is_cancellation_exception(nullptr));
 }
 
 TEST(Errors, ErrorIsASystemErrorComparableWithErrc) {
