@@ -1,5 +1,7 @@
 // Descriptors: describe_shield's typed view of every built-in strategy and of custom ones, their
 // printed form, and the shape assertions with their expected-against-actual messages.
+#include "support/field_equality.hpp"
+
 #include <kevlar/kevlar.hpp>
 #include <kevlar/testing/descriptors.hpp>
 
@@ -286,6 +288,119 @@ TEST(Descriptors, EveryKindAndDescriptorPrintsExactly) {
   backoffs << describe_shield(Shield{}.retry(kevlar::RetryOptions{})).all_of<RetryDescriptor>()[0]
                   .backoff;
   EXPECT_EQ(backoffs.str(), "exponential 250ms x2 +jitter <=30s");
+}
+
+TEST(Descriptors, EveryFieldTakesPartInEquality) {
+  const RetryDescriptor retry = std::get<RetryDescriptor>(
+      describe_shield(Shield{}.retry(kevlar::RetryOptions{})).strategies.at(0));
+  kevlar::test::expect_every_field_compared<RetryDescriptor>(
+      retry,
+      {[](RetryDescriptor& d) { d.index = 1; }, [](RetryDescriptor& d) { d.max_retries = 4; },
+       [](RetryDescriptor& d) { d.backoff.kind = BackoffKind::linear; },
+       [](RetryDescriptor& d) { d.backoff.base = 1s; },
+       [](RetryDescriptor& d) { d.backoff.factor = 3.0; },
+       [](RetryDescriptor& d) { d.backoff.max_delay = 1s; },
+       [](RetryDescriptor& d) { d.backoff.jitter = kevlar::Jitter::full; },
+       [](RetryDescriptor& d) { d.max_delay = 1s; },
+       [](RetryDescriptor& d) { d.has_delay_generator = true; },
+       [](RetryDescriptor& d) { d.has_on_retry = true; }});
+  kevlar::test::expect_every_field_compared<TimeoutDescriptor>(
+      TimeoutDescriptor{0, 1s, false, false},
+      {[](TimeoutDescriptor& d) { d.index = 1; }, [](TimeoutDescriptor& d) { d.timeout = 2s; },
+       [](TimeoutDescriptor& d) { d.has_timeout_generator = true; },
+       [](TimeoutDescriptor& d) { d.has_on_timeout = true; }});
+  kevlar::test::expect_every_field_compared<CircuitBreakerDescriptor>(
+      CircuitBreakerDescriptor{},
+      {[](CircuitBreakerDescriptor& d) { d.index = 1; },
+       [](CircuitBreakerDescriptor& d) { d.mode = BreakerMode::ratio; },
+       [](CircuitBreakerDescriptor& d) { d.consecutive_failures = 5; },
+       [](CircuitBreakerDescriptor& d) { d.failure_ratio = 0.5; },
+       [](CircuitBreakerDescriptor& d) { d.minimum_throughput = 10; },
+       [](CircuitBreakerDescriptor& d) { d.sampling_window = 30s; },
+       [](CircuitBreakerDescriptor& d) { d.slow_call_threshold = 1s; },
+       [](CircuitBreakerDescriptor& d) { d.slow_call_ratio = 0.5; },
+       [](CircuitBreakerDescriptor& d) { d.break_duration = 5s; },
+       [](CircuitBreakerDescriptor& d) { d.half_open_probes = 2; },
+       [](CircuitBreakerDescriptor& d) { d.success_threshold = 2; },
+       [](CircuitBreakerDescriptor& d) { d.has_break_duration_generator = true; },
+       [](CircuitBreakerDescriptor& d) { d.has_on_state_changed = true; }});
+  kevlar::test::expect_every_field_compared<RateLimitDescriptor>(
+      RateLimitDescriptor{0, 10, 1s, 10, 0, false, false},
+      {[](RateLimitDescriptor& d) { d.index = 1; }, [](RateLimitDescriptor& d) { d.permits = 5; },
+       [](RateLimitDescriptor& d) { d.window = 2s; }, [](RateLimitDescriptor& d) { d.burst = 5; },
+       [](RateLimitDescriptor& d) { d.queue_limit = 1; },
+       [](RateLimitDescriptor& d) { d.has_on_rejected = true; },
+       [](RateLimitDescriptor& d) { d.has_hold_from_outcome = true; }});
+  kevlar::test::expect_every_field_compared<ConcurrencyLimitDescriptor>(
+      ConcurrencyLimitDescriptor{0, 4, 0, false},
+      {[](ConcurrencyLimitDescriptor& d) { d.index = 1; },
+       [](ConcurrencyLimitDescriptor& d) { d.max_concurrency = 5; },
+       [](ConcurrencyLimitDescriptor& d) { d.max_queue = 1; },
+       [](ConcurrencyLimitDescriptor& d) { d.has_on_rejected = true; }});
+  kevlar::test::expect_every_field_compared<HedgingDescriptor>(
+      HedgingDescriptor{0, 2, 1s, false, false},
+      {[](HedgingDescriptor& d) { d.index = 1; }, [](HedgingDescriptor& d) { d.max_attempts = 3; },
+       [](HedgingDescriptor& d) { d.delay = 2s; },
+       [](HedgingDescriptor& d) { d.has_on_hedge = true; },
+       [](HedgingDescriptor& d) { d.has_action_generator = true; }});
+  kevlar::test::expect_every_field_compared<FallbackDescriptor>(
+      FallbackDescriptor{0, "int", true, false},
+      {[](FallbackDescriptor& d) { d.index = 1; },
+       [](FallbackDescriptor& d) { d.result_type = "long"; },
+       [](FallbackDescriptor& d) { d.has_recovery = std::nullopt; },
+       [](FallbackDescriptor& d) { d.has_on_fallback = true; }});
+  kevlar::test::expect_every_field_compared<CustomDescriptor>(
+      CustomDescriptor{0, "Passthrough(audit)"},
+      {[](CustomDescriptor& d) { d.index = 1; },
+       [](CustomDescriptor& d) { d.description = "Other"; }});
+}
+
+TEST(Descriptors, EveryOptionalPartIsPrinted) {
+  kevlar::RetryOptions retry;
+  retry.backoff = kevlar::Backoff::none();
+  retry.max_delay = 10s;
+  retry.delay_generator = [](const kevlar::RetryEvent&) -> std::optional<kevlar::Clock::duration> {
+    return std::nullopt;
+  };
+  retry.on_retry = [](const kevlar::RetryEvent&) {};
+  kevlar::TimeoutOptions timeout;
+  timeout.timeout = 2s;
+  timeout.timeout_generator = [](kevlar::Context&) { return kevlar::Clock::duration(1s); };
+  timeout.on_timeout = [](const kevlar::TimeoutEvent&) {};
+  kevlar::CircuitBreakerOptions ratio;
+  ratio.failure_ratio = 0.25;
+  ratio.minimum_throughput = 4;
+  ratio.sampling_window = 10s;
+  ratio.break_duration = 5s;
+  ratio.half_open_probes = 2;
+  ratio.success_threshold = 3;
+  ratio.break_duration_generator = [](const kevlar::BreakEvent&) {
+    return kevlar::Clock::duration(1s);
+  };
+  ratio.on_state_changed = [](const kevlar::CircuitStateChange&) {};
+  kevlar::RateLimitOptions rl;
+  rl.permits = 2;
+  rl.window = 1s;
+  rl.hold_from_outcome = [](kevlar::OutcomeRef) -> std::optional<kevlar::Clock::duration> {
+    return std::nullopt;
+  };
+  const ShieldDescriptor d = describe_shield<int>(Shield{}
+                                                      .fallback(7)
+                                                      .retry(retry)
+                                                      .timeout(timeout)
+                                                      .circuit_breaker(ratio)
+                                                      .rate_limit(rl)
+                                                      .hedge(1, 0s)
+                                                      .with_name("all"));
+  EXPECT_EQ(to_string(d),
+            "all: [#0 Fallback{int, value}, #1 Retry{max_retries=3, backoff=none, max_delay=10s, "
+            "+delay_generator, +on_retry}, #2 Timeout{2s, +timeout_generator, +on_timeout}, "
+            "#3 CircuitBreaker{ratio 0.25 over 10s, min 4, break 5s, probes 2, close after 3, "
+            "+break_duration_generator, +on_state_changed}, "
+            "#4 RateLimit{2/1s, burst 2, queue 0, +hold_from_outcome}, "
+            "#5 Hedging{1 attempts, delay 0s}]");
+  // Without the value types, a fallback's hooks are unknown and not printed.
+  EXPECT_EQ(to_string(describe_shield(Shield{}.fallback(7)).strategies.at(0)), "#0 Fallback{int}");
 }
 
 }  // namespace

@@ -57,6 +57,14 @@ TEST(ModelRunner, SeedsAreTheCorpusPlusTheSweep) {
     EXPECT_NE(std::string(e.what()).find("KEVLAR_MODEL_SWEEP_SEEDS='many'"), std::string::npos)
         << e.what();
   }
+  for (const char* too_many : {"100001", "99999999999"}) {
+    ::setenv(model_sweep_variable, too_many, 1);
+    EXPECT_THROW((void)model_seeds(), std::invalid_argument) << too_many;
+  }
+  ::setenv(model_sweep_variable, "100000", 1);
+  EXPECT_EQ(model_seeds().size(), 100005u) << "the largest sweep accepted";
+  ::setenv(model_sweep_variable, "", 1);
+  EXPECT_EQ(model_seeds().size(), 5u) << "an empty variable is no sweep";
 }
 
 TEST(ModelRunner, GenerationIsAFunctionOfTheSeed) {

@@ -10,6 +10,7 @@
 #include <boost/asio/error.hpp>
 
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -73,6 +74,38 @@ TEST(RaceRunner, AFailureNamesTheRaceRepetitionSeedAndOrder) {
   }
   EXPECT_THROW((void)run_race("empty", 1, [](const RaceRound&) { return RaceParties{}; }),
                std::invalid_argument);
+}
+
+TEST(RaceRunner, AFailingSetupOrANonStandardExceptionIsReportedAsAFailureOfThatRound) {
+  try {
+    (void)run_race("setup", 2, [](const RaceRound& round) -> RaceParties {
+      if (round.repetition == 1) throw std::runtime_error("no fixture");
+      return RaceParties{[] {}, [] {}, {}};
+    });
+    ADD_FAILURE() << "the setup of repetition 1 fails";
+  } catch (const RaceFailure& e) {
+    EXPECT_EQ(e.round().repetition, 1u);
+    EXPECT_NE(std::string(e.what()).find("failed at repetition 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("): no fixture"), std::string::npos) << e.what();
+  }
+  try {
+    (void)run_race("int", 1, [](const RaceRound&) {
+      return RaceParties{[] {}, [] { throw 7; }, {}};
+    });
+    ADD_FAILURE() << "party b throws";
+  } catch (const RaceFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("an exception that is not a std::exception"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)run_race("no b", 1,
+                              [](const RaceRound&) {
+                                return RaceParties{[] {}, {}, {}};
+                              }),
+               std::invalid_argument);
+  std::ostringstream orders;
+  orders << RaceOrder::a_then_b << ", " << RaceOrder::b_then_a;
+  EXPECT_EQ(orders.str(), "a then b, b then a");
 }
 
 // A queued call's cancellation races the grant of the permit it waits for: whichever comes

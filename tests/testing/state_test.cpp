@@ -1,5 +1,7 @@
 // State probes: shield_state reads every stateful strategy of a shield (breaker, concurrency limit,
 // rate limit on the shield's clock) with its position, without taking anything.
+#include "support/field_equality.hpp"
+
 #include <kevlar/kevlar.hpp>
 #include <kevlar/testing/state.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
@@ -94,6 +96,47 @@ TEST(ShieldState, SingleThrowsWithTheSnapshotWhenThereIsNotExactlyOne) {
         << m;
   }
   EXPECT_THROW((void)s.single<RateLimitStateSnapshot>(), ShieldAssertionError);
+}
+
+TEST(ShieldState, EveryFieldOfASnapshotTakesPartInEquality) {
+  kevlar::test::expect_every_field_compared<CircuitBreakerStateSnapshot>(
+      CircuitBreakerStateSnapshot{0, CircuitState::closed},
+      {[](CircuitBreakerStateSnapshot& s) { s.index = 1; },
+       [](CircuitBreakerStateSnapshot& s) { s.state = CircuitState::open; }});
+  kevlar::test::expect_every_field_compared<ConcurrencyLimitStateSnapshot>(
+      ConcurrencyLimitStateSnapshot{0, 1, 0, 3, false},
+      {[](ConcurrencyLimitStateSnapshot& s) { s.index = 1; },
+       [](ConcurrencyLimitStateSnapshot& s) { s.running = 2; },
+       [](ConcurrencyLimitStateSnapshot& s) { s.queued = 1; },
+       [](ConcurrencyLimitStateSnapshot& s) { s.available = 2; },
+       [](ConcurrencyLimitStateSnapshot& s) { s.closed = true; }});
+  kevlar::test::expect_every_field_compared<RateLimitStateSnapshot>(
+      RateLimitStateSnapshot{0, 2, 0}, {[](RateLimitStateSnapshot& s) { s.index = 1; },
+                                        [](RateLimitStateSnapshot& s) { s.available = 1; },
+                                        [](RateLimitStateSnapshot& s) { s.queued = 1; }});
+  kevlar::test::expect_every_field_compared<ShieldStateSnapshot>(
+      ShieldStateSnapshot{{CircuitBreakerStateSnapshot{0, CircuitState::closed}}},
+      {[](ShieldStateSnapshot& s) { s.strategies.clear(); },
+       [](ShieldStateSnapshot& s) {
+         s.strategies.front() = CircuitBreakerStateSnapshot{0, CircuitState::half_open};
+       },
+       [](ShieldStateSnapshot& s) {
+         s.strategies.front() = RateLimitStateSnapshot{0, 1, 0};
+       }});
+}
+
+TEST(ShieldState, AClosedConcurrencyLimitPrintsClosed) {
+  kevlar::ConcurrencyLimitOptions two;
+  two.max_concurrency = 2;
+  const auto limiter = kevlar::ConcurrencyLimitStrategy::create(two);
+  const Shield shield = Shield{}.use(limiter);
+  EXPECT_EQ(to_string(shield_state(shield)),
+            "[#0 ConcurrencyLimit{running=0, queued=0, available=2}]");
+  limiter->close();
+  EXPECT_EQ(shield_state(shield).single<ConcurrencyLimitStateSnapshot>(),
+            (ConcurrencyLimitStateSnapshot{0, 0, 0, 2, true}));
+  EXPECT_EQ(to_string(shield_state(shield)),
+            "[#0 ConcurrencyLimit{running=0, queued=0, available=2, closed}]");
 }
 
 }  // namespace
