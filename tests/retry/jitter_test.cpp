@@ -119,6 +119,27 @@ TEST(Jitter, AnUnknownKindIsRefused) {
   EXPECT_EQ(std::string(to_string(Jitter::none)), "none");
 }
 
+TEST(Jitter, EveryKindHasItsNameAndAnUnknownOneIsNamedUnknown) {
+  EXPECT_EQ(std::string(to_string(Jitter::proportional)), "proportional");
+  EXPECT_EQ(std::string(to_string(Jitter::equal)), "equal");
+  EXPECT_EQ(std::string(to_string(Jitter::full)), "full");
+  EXPECT_EQ(std::string(to_string(static_cast<Jitter>(9))), "unknown");
+}
+
+TEST(Jitter, EqualJitterOfAZeroDelayIsZero) {
+  const Backoff b = Backoff::constant(0s, Jitter::equal);
+  EXPECT_EQ(b.delay(1, 0.0, 0s), 0s);
+  EXPECT_EQ(b.delay(1, 0.999, 0s), 0s);
+}
+
+// A decorrelated backoff from 0 still draws (from 0 up to three times the previous delay), so it
+// is described by its base and jitter, not as "no delay".
+TEST(Jitter, ADecorrelatedBackoffFromZeroIsNotDescribedAsNoDelay) {
+  EXPECT_EQ(Backoff::constant(0s, Jitter::decorrelated).describe(),
+            "constant 0s +decorrelated jitter");
+  EXPECT_EQ(Backoff::constant(0s, Jitter::full).describe(), "no delay");
+}
+
 // Through an execution: each retry's decorrelated delay is drawn from the backoff's previous
 // delay capped by max_delay, before the delay generator (as Kevlar does): a generator's long delay
 // does not inflate the next draw.

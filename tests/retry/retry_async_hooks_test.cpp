@@ -114,6 +114,47 @@ TEST(RetryAsyncHooks, AnEmptyOrNegativeAsyncResultKeepsTheDelayAndTheCapApplies)
   EXPECT_EQ(calls, 2);
 }
 
+TEST(RetryAsyncHooks, ANegativeAsyncResultKeepsTheBackoffDelay) {
+  auto clock = ManualClock::create();
+  asio::io_context io;
+  RetryOptions r;
+  r.max_retries = 1;
+  r.backoff = Backoff::constant(2s);
+  r.delay_generator_async = [](RetryEvent) -> asio::awaitable<std::optional<Clock::duration>> {
+    co_await asio::post(asio::use_awaitable);
+    co_return -1s;
+  };
+  std::vector<Clock::duration> delays;
+  r.on_retry = [&delays](const RetryEvent& e) { delays.push_back(e.delay); };
+  std::optional<int> got;
+  int calls = 0;
+  Shield{}.retry(r).with_clock(clock).execute_async(
+      [&](auto token) {
+        return test::async_answer(io.get_executor(),
+                                  ++calls == 1 ? error_code(asio::error::connection_reset)
+                                               : error_code(),
+                                  3, std::move(token));
+      },
+      asio::bind_executor(io, [&](error_code ec, int v) {
+        EXPECT_FALSE(ec);
+        got = v;
+      }));
+  for (int i = 0; i < 10; ++i) {
+    io.restart();
+    io.poll();
+  }
+  EXPECT_EQ(delays, (std::vector<Clock::duration>{2s}));
+  ASSERT_EQ(clock->pending_deadlines().size(), 1u);
+  EXPECT_EQ(clock->pending_deadlines()[0] - clock->now(), 2s);
+  clock->advance(2s);
+  for (int i = 0; i < 10 && !got; ++i) {
+    io.restart();
+    io.poll();
+  }
+  EXPECT_EQ(got, 3);
+  EXPECT_EQ(calls, 2);
+}
+
 TEST(RetryAsyncHooks, AFailingAsyncGeneratorSkipsTheRestAndIsTheOutcome) {
   RetryOptions r;
   r.max_retries = 3;
