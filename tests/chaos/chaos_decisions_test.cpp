@@ -560,6 +560,14 @@ TEST(ChaosOptionsTest, DescriptionsNameTheKindAndItsOptions) {
   EXPECT_EQ(chaos::behavior(b).describe(), "ChaosBehavior(rate dynamic, disabled)");
   EXPECT_EQ(to_string(ChaosKind::latency), std::string("latency"));
   EXPECT_EQ(to_string(ChaosKind::behavior), std::string("behavior"));
+  EXPECT_EQ(to_string(ChaosKind::fault), std::string("fault"));
+  EXPECT_EQ(to_string(ChaosKind::outcome), std::string("outcome"));
+}
+
+TEST(ChaosOptionsTest, ALatencyWithAGeneratorIsDescribedAsDynamic) {
+  ChaosLatencyOptions l = latency_of(250ms, on(1.0, 1));
+  l.delay_generator = [](Context&) { return Clock::duration(1s); };
+  EXPECT_EQ(chaos::latency(l).describe(), "ChaosLatency(dynamic, rate 1, seed 1)");
 }
 
 }  // namespace

@@ -524,5 +524,14 @@ TEST_F(Observed, EventsNobodyWantsAreNotBuilt) {
   EXPECT_EQ(all_event_kinds, 0x3ffu);
 }
 
+TEST(Observer, RejectionAndChaosKindsAreNamedAndAnUnknownValueSaysSo) {
+  EXPECT_EQ(std::string(to_string(RejectionKind::circuit_open)), "circuit_open");
+  EXPECT_EQ(std::string(to_string(RejectionKind::isolated)), "isolated");
+  EXPECT_EQ(std::string(to_string(RejectionKind::rate_limit)), "rate_limit");
+  EXPECT_EQ(std::string(to_string(RejectionKind::concurrency_limit)), "concurrency_limit");
+  EXPECT_EQ(std::string(to_string(static_cast<RejectionKind>(99))), "unknown");
+  EXPECT_EQ(std::string(to_string(static_cast<ChaosKind>(99))), "unknown");
+}
+
 }  // namespace
 }  // namespace kevlar
