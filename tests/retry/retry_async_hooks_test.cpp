@@ -60,6 +60,26 @@ RetryOptions recorded(std::vector<std::string>& log, std::optional<Clock::durati
   return r;
 }
 
+/// An operation that fails with connection_reset on its first call and answers `value` after,
+/// on `io`, counting its calls in `calls`.
+auto failing_once(asio::io_context& io, int& calls, int value) {
+  return [&io, &calls, value](auto token) {
+    return test::async_answer(io.get_executor(),
+                              ++calls == 1 ? error_code(asio::error::connection_reset)
+                                           : error_code(),
+                              value, std::move(token));
+  };
+}
+
+/// Runs `io` until `done()` or for `rounds` polls.
+template <class Done>
+void poll_until(asio::io_context& io, Done done, int rounds = 10) {
+  for (int i = 0; i < rounds && !done(); ++i) {
+    io.restart();
+    io.poll();
+  }
+}
+
 TEST(RetryAsyncHooks, SynchronousExecutionsAwaitThemInKevlarsOrder) {
   std::vector<std::string> log;
   // The asynchronous generator's 0 replaces the synchronous one's 5 s: no wait at all, so the
@@ -85,20 +105,11 @@ TEST(RetryAsyncHooks, AnEmptyOrNegativeAsyncResultKeepsTheDelayAndTheCapApplies)
   std::optional<int> got;
   int calls = 0;
   Shield{}.retry(r).with_clock(clock).execute_async(
-      [&](auto token) {
-        return test::async_answer(io.get_executor(),
-                                  ++calls == 1 ? error_code(asio::error::connection_reset)
-                                               : error_code(),
-                                  9, std::move(token));
-      },
-      asio::bind_executor(io, [&](error_code ec, int v) {
+      failing_once(io, calls, 9), asio::bind_executor(io, [&](error_code ec, int v) {
         EXPECT_FALSE(ec);
         got = v;
       }));
-  for (int i = 0; i < 10; ++i) {  // the hooks run; then the backoff waits on the manual clock
-    io.restart();
-    io.poll();
-  }
+  poll_until(io, [] { return false; });  // the hooks run; then the backoff waits on the clock
   // The backoff's 1 h is capped to 4 s before the generators see it; the synchronous generator's
   // 5 s is capped again; the asynchronous one's nullopt keeps it.
   EXPECT_EQ(log, (std::vector<std::string>{"gen:4000", "gen_async:4000:1", "on_retry:4000",
@@ -106,10 +117,7 @@ TEST(RetryAsyncHooks, AnEmptyOrNegativeAsyncResultKeepsTheDelayAndTheCapApplies)
   EXPECT_EQ(clock->pending_deadlines().size(), 1u);  // the 4 s backoff, after the hooks
   EXPECT_EQ(clock->pending_deadlines()[0] - clock->now(), 4s);
   clock->advance(4s);
-  for (int i = 0; i < 10 && !got; ++i) {
-    io.restart();
-    io.poll();
-  }
+  poll_until(io, [&] { return got.has_value(); });
   EXPECT_EQ(got, 9);
   EXPECT_EQ(calls, 2);
 }
@@ -129,28 +137,16 @@ TEST(RetryAsyncHooks, ANegativeAsyncResultKeepsTheBackoffDelay) {
   std::optional<int> got;
   int calls = 0;
   Shield{}.retry(r).with_clock(clock).execute_async(
-      [&](auto token) {
-        return test::async_answer(io.get_executor(),
-                                  ++calls == 1 ? error_code(asio::error::connection_reset)
-                                               : error_code(),
-                                  3, std::move(token));
-      },
-      asio::bind_executor(io, [&](error_code ec, int v) {
+      failing_once(io, calls, 3), asio::bind_executor(io, [&](error_code ec, int v) {
         EXPECT_FALSE(ec);
         got = v;
       }));
-  for (int i = 0; i < 10; ++i) {
-    io.restart();
-    io.poll();
-  }
+  poll_until(io, [] { return false; });
   EXPECT_EQ(delays, (std::vector<Clock::duration>{2s}));
   ASSERT_EQ(clock->pending_deadlines().size(), 1u);
   EXPECT_EQ(clock->pending_deadlines()[0] - clock->now(), 2s);
   clock->advance(2s);
-  for (int i = 0; i < 10 && !got; ++i) {
-    io.restart();
-    io.poll();
-  }
+  poll_until(io, [&] { return got.has_value(); });
   EXPECT_EQ(got, 3);
   EXPECT_EQ(calls, 2);
 }
