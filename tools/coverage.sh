@@ -4,19 +4,20 @@
 # (CI: stage c, the Debug AddressSanitizer build). Prints gcovr's summary, writes the per-file
 # table to <build dir>/coverage.txt, and fails when a floor is not met.
 #
-# Floors: lines 96 %; branches 67 %, a ratchet a point or so under the last measured level (lines
-# 96.9 %, branches 68.4 % of 4,749, once the rate limit and its tests landed; 65.9 % of 4,193 when
-# the floor was introduced), to be raised as tests are added, towards 85 %. Branches the
-# compiler adds for exception propagation (every call that may throw has one) and branches it
-# proves unreachable are left out: they say nothing about the tests. gcov counts the branches of
-# each template instantiation on its own, so a template header used with many handler types
-# (detail/async_call.hpp, shield.hpp) counts a branch once per instantiation. Integrations
+# Floors: lines 96 %; branches 71 %, a ratchet a point or so under the last measured level (lines
+# 97.2 % of 5,979, branches 72.4 %: 4,856 of 6,709, once tests of the descriptors, the runners,
+# Shield::wrap, the error messages and the retry's jitter landed; 70.3 % of 6,683 before them;
+# 65.9 % of 4,193 when the floor was introduced), to be raised as tests are added, towards 85 %.
+# Branches the compiler adds for exception propagation (every call that may throw has one) and
+# branches it proves unreachable are left out: they say nothing about the tests. gcov counts the
+# branches of each template instantiation on its own, so a template header used with many handler
+# types (detail/async_call.hpp, shield.hpp) counts a branch once per instantiation. Integrations
 # (integrations/) are not measured here. KEVLAR_COVERAGE_LINES / _BRANCHES override the floors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: tools/coverage.sh <build dir configured with KEVLAR_COVERAGE=ON>}
 line_floor=${KEVLAR_COVERAGE_LINES:-96}
-branch_floor=${KEVLAR_COVERAGE_BRANCHES:-67}
+branch_floor=${KEVLAR_COVERAGE_BRANCHES:-71}
 if ! command -v gcovr >/dev/null 2>&1; then
   echo "coverage: gcovr is not installed (Debian package gcovr)" >&2
   exit 1
