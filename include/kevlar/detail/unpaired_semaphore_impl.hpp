@@ -1,0 +1,616 @@
+// kevlar — internal: the implementation of kevlar/unpaired_semaphore.hpp, which includes it at
+// its end (include that header, not this one). The ledger's word operations, the storage and
+// allocator of a waiter's delivery, the blocking waiter, the asynchronous waiter operation and the
+// semaphore's slow paths. The transitions T1-T8 are those of docs/semaphore.md.
+#pragma once
+
+#include <kevlar/detail/spin_lock.hpp>
+#include <kevlar/detail/trampoline.hpp>
+#include <kevlar/detail/wait_queue.hpp>
+#include <kevlar/error.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/execution/allocator.hpp>
+#include <boost/asio/execution/blocking.hpp>
+#include <boost/asio/execution/executor.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/execution/relationship.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/prefer.hpp>
+#include <boost/asio/recycling_allocator.hpp>
+#include <boost/asio/require.hpp>
+#include <boost/assert.hpp>
+#include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
+#include <boost/throw_exception.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+namespace kevlar {
+
+// ---- TokenLedger --------------------------------------------------------------------------------
+
+inline bool TokenLedger::try_acquire() noexcept {
+  std::uint64_t w = word_.load(std::memory_order_relaxed);
+  for (;;) {
+    if ((w & tokens_mask) == 0 || (w & closed_bit) != 0) return false;
+    if (word_.compare_exchange_weak(w, w - 1, std::memory_order_acquire,
+                                    std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+}
+
+inline ReleaseStep TokenLedger::try_release(count_type n) noexcept {
+  std::uint64_t w = word_.load(std::memory_order_relaxed);
+  for (;;) {
+    if ((w & queued_mask) != 0) return ReleaseStep::contended;
+    if (tokens(w) > max_count - n) return ReleaseStep::refused;
+    if (word_.compare_exchange_weak(w, w + n, std::memory_order_release,
+                                    std::memory_order_relaxed)) {
+      return ReleaseStep::done;
+    }
+  }
+}
+
+inline Admission TokenLedger::admit_locked() noexcept {
+  std::uint64_t w = word_.load(std::memory_order_relaxed);
+  for (;;) {
+    if ((w & closed_bit) != 0) return Admission::closed;
+    const bool take = tokens(w) != 0;
+    const std::uint64_t next = take ? w - 1 : w + queued_one;
+    if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
+                                    std::memory_order_relaxed)) {
+      return take ? Admission::granted : Admission::queued;
+    }
+  }
+}
+
+// While queued > 0 no lock-free member can change the word (try_acquire needs a token, which INV3
+// rules out; try_release needs queued == 0) and every other writer holds the lock, so the value
+// loaded under the lock is exact and a plain release store replaces the CAS.
+inline std::int64_t TokenLedger::release_locked(count_type n) noexcept {
+  std::uint64_t w = word_.load(std::memory_order_relaxed);
+  for (;;) {
+    const count_type q = queued(w);
+    const count_type k = q < n ? q : n;
+    const count_type rest = n - k;
+    if (tokens(w) > max_count - rest) return -1;
+    const std::uint64_t next = w - static_cast<std::uint64_t>(k) * queued_one + rest;
+    if (q != 0) {
+      word_.store(next, std::memory_order_release);
+      return k;
+    }
+    if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
+                                    std::memory_order_relaxed)) {
+      return k;
+    }
+  }
+}
+
+// queued > 0 here, so the word cannot change under us (see release_locked()): a plain store.
+inline void TokenLedger::cancel_locked() noexcept {
+  const std::uint64_t w = word_.load(std::memory_order_relaxed);
+  word_.store(w - queued_one, std::memory_order_release);
+}
+
+inline std::uint32_t TokenLedger::close_locked() noexcept {
+  std::uint64_t w = word_.load(std::memory_order_relaxed);
+  for (;;) {
+    const std::uint64_t next = (w & tokens_mask) | closed_bit;
+    if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
+                                    std::memory_order_relaxed)) {
+      return queued(w);
+    }
+  }
+}
+
+inline LedgerSnapshot TokenLedger::snapshot() const noexcept {
+  const std::uint64_t w = word_.load(std::memory_order_acquire);
+  return {tokens(w), queued(w), (w & closed_bit) != 0};
+}
+
+// ---- what a waiter's delivery needs -------------------------------------------------------------
+
+namespace detail {
+
+/// Bytes reserved in every waiter operation for the executor's wrapper around its delivery
+/// (an io_context executor_op holding one pointer and one allocator is 40 bytes on LP64).
+inline constexpr std::size_t delivery_reserve_size = 64;
+
+/// Storage reserved inside a waiter operation at park time, so that handing the waiter its result
+/// (T5, T6, T7) allocates nothing: the executor builds its queued wrapper here.
+struct DeliveryReserve {
+  alignas(std::max_align_t) unsigned char bytes[delivery_reserve_size];
+  bool in_use = false;
+};
+
+/// An allocator that serves one allocation from a DeliveryReserve and falls back to Asio's
+/// recycling allocator when the request does not fit or the reserve is taken. Executors that honour
+/// the `execution::allocator` property (io_context's, strands over it) use it for the wrapper they
+/// queue; type-erased executors ignore the property and use their own recycling allocation.
+template <class T>
+class ReserveAllocator {
+ public:
+  using value_type = T;
+
+  explicit ReserveAllocator(DeliveryReserve* reserve) noexcept : reserve_(reserve) {}
+  template <class U>
+  ReserveAllocator(
+      const ReserveAllocator<U>& other) noexcept  // NOLINT(google-explicit-constructor)
+      : reserve_(other.reserve_) {}
+
+  T* allocate(std::size_t n) {
+    if (!reserve_->in_use && n * sizeof(T) <= delivery_reserve_size &&
+        alignof(T) <= alignof(std::max_align_t)) {
+      reserve_->in_use = true;
+      return reinterpret_cast<T*>(reserve_->bytes);
+    }
+    return boost::asio::recycling_allocator<T>().allocate(n);
+  }
+
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (static_cast<void*>(p) == static_cast<void*>(reserve_->bytes)) {
+      reserve_->in_use = false;
+      return;
+    }
+    boost::asio::recycling_allocator<T>().deallocate(p, n);
+  }
+
+  template <class U>
+  bool operator==(const ReserveAllocator<U>& other) const noexcept {
+    return reserve_ == other.reserve_;
+  }
+
+ private:
+  template <class>
+  friend class ReserveAllocator;
+  DeliveryReserve* reserve_;
+};
+
+/// A waiter of the blocking acquire(): the node lives on the blocked thread's stack and the
+/// completion wakes that thread (the only completion that runs on the completing thread: it runs
+/// no user code).
+class BlockingWaiter final : public WaitNode {
+ public:
+  BlockingWaiter() noexcept : WaitNode(&BlockingWaiter::on_complete) {}
+
+  boost::system::error_code wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return done_; });
+    return ec_;
+  }
+
+ private:
+  static void on_complete(WaitNode* node, boost::system::error_code ec) noexcept {
+    auto* self = static_cast<BlockingWaiter*>(node);
+    // Notify under the lock: the waiter cannot return (and destroy this node) before we unlock.
+    std::lock_guard<std::mutex> lock(self->mutex_);
+    self->ec_ = ec;
+    self->done_ = true;
+    self->cv_.notify_one();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  boost::system::error_code ec_;
+  bool done_ = false;
+};
+
+}  // namespace detail
+
+// ---- BasicUnpairedSemaphore ---------------------------------------------------------------------
+
+template <Ledger L>
+struct BasicUnpairedSemaphore<L>::Initiation {
+  using executor_type = BasicUnpairedSemaphore::executor_type;
+  BasicUnpairedSemaphore* self;
+  [[nodiscard]] executor_type get_executor() const noexcept { return self->default_ex_; }
+  template <class Handler>
+  void operator()(Handler&& handler) const {
+    self->start_acquire(std::forward<Handler>(handler));
+  }
+};
+
+template <Ledger L>
+bool BasicUnpairedSemaphore<L>::release(count_type n) noexcept {
+  if (n == 0) return true;
+  switch (ledger_.try_release(n)) {
+    case ReleaseStep::done:
+      return true;
+    case ReleaseStep::refused:
+      return false;
+    case ReleaseStep::contended:
+      break;
+  }
+  detail::WakeChain granted;
+  {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    const std::int64_t k = ledger_.release_locked(n);
+    if (k < 0) return false;
+    for (std::int64_t i = 0; i < k; ++i) {
+      detail::WaitNode* w = queue_.pop_front();
+      BOOST_ASSERT(w != nullptr);
+      w->set_state(detail::WaitState::granted);
+      granted.push_back(w);
+    }
+  }
+  granted.complete_all({});
+  return true;
+}
+
+template <Ledger L>
+void BasicUnpairedSemaphore<L>::acquire(std::stop_token stop) {
+  const boost::system::error_code ec = acquire_or_error(std::move(stop));
+  if (ec) boost::throw_exception(boost::system::system_error(ec, "kevlar::UnpairedSemaphore"));
+}
+
+template <Ledger L>
+boost::system::error_code BasicUnpairedSemaphore<L>::acquire_or_error(std::stop_token stop) {
+  if (stop.stop_requested()) return boost::asio::error::operation_aborted;
+  if (ledger_.try_acquire()) return {};
+  detail::BlockingWaiter waiter;
+  {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    switch (ledger_.admit_locked()) {
+      case Admission::granted:
+        return {};
+      case Admission::closed:
+        return make_error_code(errc::closed);
+      case Admission::rejected:
+        return L::rejection();
+      case Admission::queued:
+        queue_.push_back(&waiter);
+        waiter.set_state(detail::WaitState::linked);
+        break;
+    }
+  }
+  if (!stop.stop_possible()) return waiter.wait();
+  // Declared after the waiter: its destructor waits for a callback running on another thread,
+  // so the waiter outlives every use the callback makes of it.
+  std::stop_callback on_stop(stop, [this, &waiter]() noexcept { cancel_wait(&waiter); });
+  return waiter.wait();
+}
+
+template <Ledger L>
+void BasicUnpairedSemaphore<L>::close() noexcept {
+  detail::WakeChain aborted;
+  {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    ledger_.close_locked();
+    detail::WaitNode* head = queue_.take_all();
+    for (detail::WaitNode* n = head; n != nullptr; n = n->next_) {
+      n->set_state(detail::WaitState::aborted);
+    }
+    aborted.adopt(head);
+  }
+  aborted.complete_all(make_error_code(errc::closed));
+}
+
+// Leaves the node alone unless it is still queued; never touches the semaphore once the node
+// reached a final state (the semaphore may be gone).
+template <Ledger L>
+void BasicUnpairedSemaphore<L>::cancel_wait(detail::WaitNode* node) noexcept {
+  using detail::WaitState;
+  const WaitState s = node->state();
+  if (s != WaitState::idle && s != WaitState::linked) return;
+  {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    switch (node->state()) {
+      case WaitState::idle:
+        node->set_state(WaitState::cancel_pending);
+        return;
+      case WaitState::linked:
+        queue_.unlink(node);
+        ledger_.cancel_locked();
+        node->set_state(WaitState::cancelled);
+        break;
+      default:
+        return;
+    }
+  }
+  node->complete(boost::asio::error::operation_aborted);
+}
+
+/// One queued async_acquire: the queue node, the handler, a work-tracked executor and the storage
+/// the delivery wrapper needs, in one block from the handler's associated allocator.
+template <Ledger L>
+template <class Handler>
+class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
+                                                   public detail::TrampolineJob {
+  using AssocEx = boost::asio::associated_executor_t<Handler, executor_type>;
+  using Slot = boost::asio::associated_cancellation_slot_t<Handler>;
+
+  // The executor deliveries are submitted to: never blocking, as a continuation (defer), with
+  // the wrapper built in the reserve.
+  template <class Ex>
+  static auto make_delivery_executor(const Ex& ex, detail::DeliveryReserve* reserve) {
+    namespace exec = boost::asio::execution;
+    return boost::asio::prefer(boost::asio::require(ex, exec::blocking.never),
+                               exec::relationship.continuation,
+                               exec::allocator(detail::ReserveAllocator<void>(reserve)));
+  }
+  template <class Ex>
+  using DeliveryExOf = decltype(make_delivery_executor(std::declval<const Ex&>(), nullptr));
+  // Outstanding work, counted only while the operation waits (a ready grant is counted by the
+  // executor's own queue). Made from the final executor: every copy of a tracked executor counts
+  // work again, an atomic increment and decrement per temporary.
+  template <class Ex>
+  using WorkExOf = std::decay_t<decltype(boost::asio::prefer(
+      std::declval<const DeliveryExOf<Ex>&>(), boost::asio::execution::outstanding_work.tracked))>;
+
+  // A type-erased any_io_executor ignores the allocator property: a delivery through it would
+  // allocate twice (its function wrapper and the io_context's operation). When it wraps an
+  // io_context executor (coroutines, kevlar's own executions), deliveries go to that executor
+  // directly instead, with the wrapper in the reserve.
+  static constexpr bool erased = std::is_same_v<AssocEx, boost::asio::any_io_executor>;
+  using IoEx = boost::asio::io_context::executor_type;
+  // kevlar's own queue waits (the engine resumes the execution) may be delivered by the engine's
+  // trampoline on the releasing thread; a user's handler is always delivered through its executor.
+  static constexpr bool inline_grant = requires { requires Handler::kevlar_inline_grant; };
+
+  /// Where deliveries of this op go: the delivery executor made from `Ex` and, while the op is
+  /// linked, the work it counts there.
+  template <class Ex>
+  struct Target {
+    std::optional<DeliveryExOf<Ex>> ex;
+    std::optional<WorkExOf<Ex>> work;
+    void track() {
+      work.emplace(boost::asio::prefer(*ex, boost::asio::execution::outstanding_work.tracked));
+    }
+  };
+  struct NoTarget {};
+
+  using HandlerAlloc = boost::asio::associated_allocator_t<Handler>;
+  using BaseAlloc = std::conditional_t<std::is_same_v<HandlerAlloc, std::allocator<void>>,
+                                       boost::asio::recycling_allocator<void>, HandlerAlloc>;
+
+ public:
+  using allocator_type =
+      typename std::allocator_traits<BaseAlloc>::template rebind_alloc<AcquireOp>;
+
+  static allocator_type allocator_for(const Handler& h) noexcept {
+    if constexpr (std::is_same_v<HandlerAlloc, std::allocator<void>>) {
+      return allocator_type();
+    } else {
+      return allocator_type(boost::asio::get_associated_allocator(h));
+    }
+  }
+
+  /// Allocates and constructs; on failure nothing is left behind and the exception propagates.
+  static AcquireOp* create(BasicUnpairedSemaphore* sem, Handler&& handler) {
+    AssocEx ex = boost::asio::get_associated_executor(handler, sem->default_ex_);
+    allocator_type alloc = allocator_for(handler);
+    AcquireOp* raw = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+    try {
+      return ::new (static_cast<void*>(raw)) AcquireOp(sem, std::move(handler), ex);
+    } catch (...) {
+      std::allocator_traits<allocator_type>::deallocate(alloc, raw, 1);
+      throw;
+    }
+  }
+
+  /// Installs the cancellation handler (may throw std::bad_alloc; nothing is installed then).
+  void install(Slot slot) {
+    slot.template emplace<CancelHandler>(this);
+    slot_ = slot;
+  }
+
+  /// Counts outstanding work on the waiter's executor, so that its io_context::run() does not
+  /// return while the operation waits. May throw (copying a type-erased executor may allocate).
+  void track_work() {
+    if constexpr (erased) {
+      if (io_.ex) {
+        io_.track();
+        return;
+      }
+    }
+    assoc_.track();
+  }
+
+  /// Hands the result to the executor; the op belongs to the queued delivery from here on. A
+  /// queue wait of kevlar's engine whose io_context runs on this thread, inside an engine entry
+  /// point, goes to the engine's trampoline instead: it runs when that entry point has finished.
+  void schedule(boost::system::error_code ec) noexcept {
+    ec_ = ec;
+    if constexpr (erased) {
+      if (io_.ex) {
+        if constexpr (inline_grant) {
+          if (detail::trampoline_accepts(&io_.ex->context()) && io_.ex->running_in_this_thread()) {
+            this->detail::TrampolineJob::run = &AcquireOp::run_inline;
+            this->detail::TrampolineJob::runnable = &AcquireOp::still_running_here;
+            this->detail::TrampolineJob::reschedule = &AcquireOp::reschedule_job;
+            detail::trampoline_push(this);
+            return;
+          }
+        }
+        io_.ex->execute(Delivery{this});
+        return;
+      }
+    }
+    assoc_.ex->execute(Delivery{this});
+  }
+
+  /// Frees an op that was never scheduled (initiation failed after allocation).
+  void discard() noexcept {
+    if (slot_.is_connected()) slot_.clear();
+    allocator_type alloc = allocator_for(handler_);
+    this->~AcquireOp();
+    std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
+  }
+
+  void clear_slot() noexcept {
+    if (slot_.is_connected()) {
+      slot_.clear();
+      slot_ = {};
+    }
+  }
+
+ private:
+  AcquireOp(BasicUnpairedSemaphore* sem, Handler&& handler, const AssocEx& ex)
+      : detail::WaitNode(&AcquireOp::on_complete), sem_(sem), handler_(std::move(handler)) {
+    if constexpr (erased) {
+      if (const IoEx* io = ex.template target<IoEx>()) {
+        io_.ex.emplace(make_delivery_executor(*io, &reserve_));
+        return;
+      }
+    }
+    assoc_.ex.emplace(make_delivery_executor(ex, &reserve_));
+  }
+
+  static void on_complete(detail::WaitNode* node, boost::system::error_code ec) noexcept {
+    static_cast<AcquireOp*>(node)->schedule(ec);
+  }
+
+  // The trampoline's view of a queued delivery. Only an erased waiter with an io_context target
+  // is ever pushed (schedule()), so these are instantiated for such ops alone.
+  static void run_inline(detail::TrampolineJob* job) { static_cast<AcquireOp*>(job)->deliver(); }
+  static bool still_running_here(const detail::TrampolineJob* job) noexcept {
+    // Like asio::dispatch: running on this thread is enough. A stop() made by the releasing
+    // completion's own handler does not hold the grant back: the granted call goes on right
+    // there (what it posts waits for the next run()). Asking io_context::stopped() would take
+    // the scheduler's lock for every grant.
+    return static_cast<const AcquireOp*>(job)->io_.ex->running_in_this_thread();
+  }
+  static void reschedule_job(detail::TrampolineJob* job) noexcept {
+    auto* op = static_cast<AcquireOp*>(job);
+    op->io_.ex->execute(Delivery{op});
+  }
+
+  struct CancelHandler {
+    explicit CancelHandler(AcquireOp* o) noexcept : op(o) {}  // emplace() needs a constructor
+    AcquireOp* op;
+    void operator()(boost::asio::cancellation_type_t type) const noexcept {
+      using ct = boost::asio::cancellation_type;
+      if ((type & (ct::terminal | ct::partial | ct::total)) == ct::none) return;
+      op->sem_->cancel_wait(op);
+    }
+  };
+
+  /// The function queued on the waiter's executor. If it is destroyed without running (the
+  /// executor shut down), a granted permit goes back to the semaphore (T8).
+  class Delivery {
+   public:
+    explicit Delivery(AcquireOp* op) noexcept : op_(op) {}
+    Delivery(Delivery&& other) noexcept : op_(std::exchange(other.op_, nullptr)) {}
+    Delivery(const Delivery&) = delete;
+    Delivery& operator=(const Delivery&) = delete;
+    Delivery& operator=(Delivery&&) = delete;
+    ~Delivery() {
+      if (op_ != nullptr) op_->abandon();
+    }
+    void operator()() { std::exchange(op_, nullptr)->deliver(); }
+
+   private:
+    AcquireOp* op_;
+  };
+
+  /// On the waiter's executor: clear the slot, free the block with its work count (so the
+  /// handler's next operation can reuse it), then invoke the handler.
+  void deliver() {
+    clear_slot();
+    Handler handler(std::move(handler_));
+    const boost::system::error_code ec = ec_;
+    // The work count goes with the block: the delivery now running is itself counted by the
+    // scheduler until the handler returns, so run() cannot see the context out of work here.
+    allocator_type alloc = allocator_for(handler);
+    this->~AcquireOp();
+    std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
+    std::move(handler)(ec);
+  }
+
+  /// T8: the delivery was destroyed undelivered (its executor shut down). A grant is returned
+  /// (or passed on) through release(); the handler is destroyed without being invoked. The slot
+  /// is left alone, as Asio's own operations do on shutdown: its signal may already be gone, and
+  /// emitting it after the operation ended is outside the slot's contract.
+  void abandon() noexcept {
+    BasicUnpairedSemaphore* sem = sem_;
+    const bool owned_permit = !ec_;
+    Handler handler(std::move(handler_));
+    allocator_type alloc = allocator_for(handler);
+    this->~AcquireOp();
+    std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
+    // Return the permit before the handler goes: destroying it may release the last reference to
+    // whatever owns this semaphore (a limiter inside a shield that only the execution kept alive).
+    if (owned_permit) (void)sem->release(1);
+  }
+
+  BasicUnpairedSemaphore* sem_;
+  Handler handler_;
+  detail::DeliveryReserve reserve_;
+  Target<AssocEx> assoc_;  ///< deliveries through the associated executor, unless ...
+  /// ... it is an any_io_executor wrapping an io_context executor: then through that one.
+  [[no_unique_address]] std::conditional_t<erased, Target<IoEx>, NoTarget> io_;
+  Slot slot_{};
+  boost::system::error_code ec_;
+};
+
+template <Ledger L>
+template <class Handler>
+void BasicUnpairedSemaphore<L>::start_acquire(Handler&& handler) {
+  using Op = AcquireOp<std::decay_t<Handler>>;
+  auto slot = boost::asio::get_associated_cancellation_slot(handler);
+
+  // Every allocation happens before the ledger or the queue change (std::bad_alloc leaves them
+  // untouched).
+  Op* op = Op::create(this, std::move(handler));
+  if (ledger_.try_acquire()) {  // T1
+    op->set_state(detail::WaitState::granted);
+    op->schedule({});
+    return;
+  }
+  try {
+    if (slot.is_connected()) op->install(slot);
+    op->track_work();
+  } catch (...) {
+    op->discard();
+    throw;
+  }
+
+  boost::system::error_code ec;
+  {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    if (op->state() == detail::WaitState::cancel_pending) {
+      ec = boost::asio::error::operation_aborted;
+      op->set_state(detail::WaitState::cancelled);
+    } else {
+      switch (ledger_.admit_locked()) {
+        case Admission::queued:  // T3: visible to releasers from here; never touch op again
+          queue_.push_back(op);
+          op->set_state(detail::WaitState::linked);
+          return;
+        case Admission::granted:  // T3'
+          op->set_state(detail::WaitState::granted);
+          break;
+        case Admission::closed:
+          ec = make_error_code(errc::closed);
+          op->set_state(detail::WaitState::aborted);
+          break;
+        case Admission::rejected:
+          ec = L::rejection();
+          op->set_state(detail::WaitState::aborted);
+          break;
+      }
+    }
+  }
+  op->clear_slot();
+  op->schedule(ec);
+}
+
+}  // namespace kevlar
