@@ -11,6 +11,7 @@
 // semaphore is a template).
 #pragma once
 
+#include <kevlar/detail/ledger_word.hpp>
 #include <kevlar/detail/spin_lock.hpp>
 #include <kevlar/detail/wait_queue.hpp>
 #include <kevlar/error.hpp>
@@ -21,7 +22,6 @@
 #include <boost/asio/system_executor.hpp>
 #include <boost/system/error_code.hpp>
 
-#include <atomic>
 #include <concepts>
 #include <cstdint>
 #include <stop_token>
@@ -81,7 +81,8 @@ concept Ledger = requires(L& l, const L& cl, std::uint32_t n) {
 };
 
 /// The ledger of the plain unpaired semaphore: signals accumulate as tokens and waits consume
-/// them. One 64-bit word: tokens in bits 0-31, queued waiters in bits 32-62, closed in bit 63.
+/// them. One 64-bit word (detail::LedgerWord): tokens in bits 0-31, queued waiters in bits 32-62,
+/// closed in bit 63.
 ///
 /// Invariant (INV3): queued > 0 implies tokens == 0. Only admit_locked() raises `queued`, and only
 /// when there are no tokens; try_release() adds tokens only while `queued` is 0; release_locked()
@@ -124,17 +125,8 @@ class TokenLedger {
   static boost::system::error_code rejection() noexcept { return {}; }
 
  private:
-  static constexpr std::uint64_t tokens_mask = 0xFFFF'FFFFull;
-  static constexpr std::uint64_t queued_one = 1ull << 32;
-  static constexpr std::uint64_t queued_mask = 0x7FFF'FFFFull << 32;
-  static constexpr std::uint64_t closed_bit = 1ull << 63;
-
-  static count_type tokens(std::uint64_t w) noexcept { return static_cast<count_type>(w); }
-  static count_type queued(std::uint64_t w) noexcept {
-    return static_cast<count_type>((w & queued_mask) >> 32);
-  }
-
-  std::atomic<std::uint64_t> word_;
+  /// The count of the word is the free tokens.
+  detail::LedgerWord word_;
 };
 
 static_assert(Ledger<TokenLedger>);

@@ -47,83 +47,51 @@ namespace kevlar {
 // ---- TokenLedger --------------------------------------------------------------------------------
 
 inline bool TokenLedger::try_acquire() noexcept {
-  std::uint64_t w = word_.load(std::memory_order_relaxed);
-  for (;;) {
-    if ((w & tokens_mask) == 0 || (w & closed_bit) != 0) return false;
-    if (word_.compare_exchange_weak(w, w - 1, std::memory_order_acquire,
-                                    std::memory_order_relaxed)) {
-      return true;
-    }
-  }
+  return word_.update<bool>(std::memory_order_acquire, [](detail::LedgerBits w, auto& c) {
+    if (w.count() == 0 || w.closed()) return c.keep(false);
+    return c.write(w.minus_count(1), true);
+  });
 }
 
 inline ReleaseStep TokenLedger::try_release(count_type n) noexcept {
-  std::uint64_t w = word_.load(std::memory_order_relaxed);
-  for (;;) {
-    if ((w & queued_mask) != 0) return ReleaseStep::contended;
-    if (tokens(w) > max_count - n) return ReleaseStep::refused;
-    if (word_.compare_exchange_weak(w, w + n, std::memory_order_release,
-                                    std::memory_order_relaxed)) {
-      return ReleaseStep::done;
-    }
-  }
+  return word_.update<ReleaseStep>(std::memory_order_release, [n](detail::LedgerBits w, auto& c) {
+    if (w.has_queued()) return c.keep(ReleaseStep::contended);
+    if (w.count() > max_count - n) return c.keep(ReleaseStep::refused);
+    return c.write(w.plus_count(n), ReleaseStep::done);
+  });
 }
 
 inline Admission TokenLedger::admit_locked() noexcept {
-  std::uint64_t w = word_.load(std::memory_order_relaxed);
-  for (;;) {
-    if ((w & closed_bit) != 0) return Admission::closed;
-    const bool take = tokens(w) != 0;
-    const std::uint64_t next = take ? w - 1 : w + queued_one;
-    if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
-                                    std::memory_order_relaxed)) {
-      return take ? Admission::granted : Admission::queued;
-    }
-  }
+  return word_.update<Admission>(std::memory_order_acq_rel, [](detail::LedgerBits w, auto& c) {
+    if (w.closed()) return c.keep(Admission::closed);
+    if (w.count() != 0) return c.write(w.minus_count(1), Admission::granted);
+    return c.write(w.plus_one_queued(), Admission::queued);
+  });
 }
 
 // While queued > 0 no lock-free member can change the word (try_acquire needs a token, which INV3
-// rules out; try_release needs queued == 0) and every other writer holds the lock, so the value
-// loaded under the lock is exact and a plain release store replaces the CAS.
+// rules out; try_release needs queued == 0): update_locked stores plainly then.
 inline std::int64_t TokenLedger::release_locked(count_type n) noexcept {
-  std::uint64_t w = word_.load(std::memory_order_relaxed);
-  for (;;) {
-    const count_type q = queued(w);
+  return word_.update_locked<std::int64_t>([n](detail::LedgerBits w, auto& c) {
+    const count_type q = w.queued();
     const count_type k = q < n ? q : n;
     const count_type rest = n - k;
-    if (tokens(w) > max_count - rest) return -1;
-    const std::uint64_t next = w - static_cast<std::uint64_t>(k) * queued_one + rest;
-    if (q != 0) {
-      word_.store(next, std::memory_order_release);
-      return k;
-    }
-    if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
-                                    std::memory_order_relaxed)) {
-      return k;
-    }
-  }
+    if (w.count() > max_count - rest) return c.keep(-1);
+    return c.write(w.minus_queued(k).plus_count(rest), k);
+  });
 }
 
-// queued > 0 here, so the word cannot change under us (see release_locked()): a plain store.
 inline void TokenLedger::cancel_locked() noexcept {
-  const std::uint64_t w = word_.load(std::memory_order_relaxed);
-  word_.store(w - queued_one, std::memory_order_release);
+  word_.leave_queue_locked();
 }
 
 inline std::uint32_t TokenLedger::close_locked() noexcept {
-  std::uint64_t w = word_.load(std::memory_order_relaxed);
-  for (;;) {
-    const std::uint64_t next = (w & tokens_mask) | closed_bit;
-    if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
-                                    std::memory_order_relaxed)) {
-      return queued(w);
-    }
-  }
+  return word_.close_locked();
 }
 
 inline LedgerSnapshot TokenLedger::snapshot() const noexcept {
-  const std::uint64_t w = word_.load(std::memory_order_acquire);
-  return {tokens(w), queued(w), (w & closed_bit) != 0};
+  const detail::LedgerBits w = word_.load();
+  return {w.count(), w.queued(), w.closed()};
 }
 
 // ---- what a waiter's delivery needs -------------------------------------------------------------

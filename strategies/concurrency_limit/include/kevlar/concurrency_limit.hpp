@@ -10,7 +10,6 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -19,9 +18,9 @@
 
 namespace kevlar {
 
-/// The ledger of the concurrency limiter: ONE atomic 64-bit word holding {permits in use (bits
-/// 0-31, including permits granted to queued callers whose completion has not run yet), queued
-/// callers (bits 32-62), closed (bit 63)} against `limit` and `queue_limit`.
+/// The ledger of the concurrency limiter: ONE atomic 64-bit word (detail::LedgerWord) holding
+/// {permits in use (bits 0-31, including permits granted to queued callers whose completion has
+/// not run yet), queued callers (bits 32-62), closed (bit 63)} against `limit` and `queue_limit`.
 ///
 /// The uncontended acquire and release are one CAS each. Queueing, handoff, cancellation and close
 /// change the word under the semaphore's slow-path lock, in the same step that links or unlinks
@@ -34,7 +33,7 @@ class LimiterLedger {
  public:
   using count_type = std::uint32_t;
   /// The largest limit and queue limit the word can count.
-  static constexpr count_type max_count = 0x7FFF'FFFFu;
+  static constexpr count_type max_count = detail::LedgerBits::max_queued;
 
   LimiterLedger(count_type limit, count_type queue_limit) noexcept
       : limit_(limit), queue_limit_(queue_limit) {}
@@ -43,108 +42,64 @@ class LimiterLedger {
 
   /// T1: a permit if one is free, nobody is queued and the ledger is open. Acquire ordering.
   bool try_acquire() noexcept {
-    std::uint64_t w = word_.load(std::memory_order_relaxed);
-    for (;;) {
-      if ((w & (closed_bit | queued_mask)) != 0 || in_use(w) >= limit_) return false;
-      if (word_.compare_exchange_weak(w, w + 1, std::memory_order_acquire,
-                                      std::memory_order_relaxed)) {
-        return true;
-      }
-    }
+    return word_.update<bool>(std::memory_order_acquire, [this](Bits w, auto& c) {
+      if (w.closed_or_queued() || w.count() >= limit_) return c.keep(false);
+      return c.write(w.plus_count(1), true);
+    });
   }
   /// T4: returns `n` permits if nobody is queued; otherwise the semaphore hands them over (T5).
   ReleaseStep try_release(count_type n) noexcept {
-    std::uint64_t w = word_.load(std::memory_order_relaxed);
-    for (;;) {
-      if ((w & queued_mask) != 0) return ReleaseStep::contended;
-      if (in_use(w) < n) return ReleaseStep::refused;  // more releases than acquisitions
-      if (word_.compare_exchange_weak(w, w - n, std::memory_order_release,
-                                      std::memory_order_relaxed)) {
-        return ReleaseStep::done;
-      }
-    }
+    return word_.update<ReleaseStep>(std::memory_order_release, [n](Bits w, auto& c) {
+      if (w.has_queued()) return c.keep(ReleaseStep::contended);
+      // More releases than acquisitions.
+      if (w.count() < n) return c.keep(ReleaseStep::refused);
+      return c.write(w.minus_count(n), ReleaseStep::done);
+    });
   }
   /// Under the lock: T3' (a permit appeared), T3 (queue), T2 (full) or closed.
   Admission admit_locked() noexcept {
-    std::uint64_t w = word_.load(std::memory_order_relaxed);
-    for (;;) {
-      if ((w & closed_bit) != 0) return Admission::closed;
-      std::uint64_t next = 0;
-      Admission a = Admission::rejected;
-      if (queued(w) == 0 && in_use(w) < limit_) {
-        next = w + 1;
-        a = Admission::granted;
-      } else if (queued(w) < queue_limit_) {
-        next = w + queued_one;
-        a = Admission::queued;
-      } else {
-        return Admission::rejected;
+    return word_.update<Admission>(std::memory_order_acq_rel, [this](Bits w, auto& c) {
+      if (w.closed()) return c.keep(Admission::closed);
+      if (w.queued() == 0 && w.count() < limit_) {
+        return c.write(w.plus_count(1), Admission::granted);
       }
-      if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
-                                      std::memory_order_relaxed)) {
-        return a;
-      }
-    }
+      if (w.queued() < queue_limit_) return c.write(w.plus_one_queued(), Admission::queued);
+      return c.keep(Admission::rejected);
+    });
   }
   /// Under the lock, T5: of `n` returned permits, min(n, queued) pass to the oldest waiters
-  /// ("in use" unchanged for those) and the rest are freed. Returns the waiters to wake.
+  /// ("in use" unchanged for those) and the rest are freed. Returns the waiters to wake, or -1
+  /// (nothing changed) if fewer than `n` permits are in use.
   ///
   /// While queued > 0 no lock-free member can change the word (try_acquire and try_release both
-  /// refuse a word with waiters, and a CAS from an older word fails) and every other writer holds
-  /// the lock, so the value loaded under the lock is exact and a plain release store replaces the
-  /// locked CAS: the common handoff costs one locked instruction fewer.
+  /// refuse a word with waiters): the common handoff is a plain store (detail::LedgerWord).
   std::int64_t release_locked(count_type n) noexcept {
-    std::uint64_t w = word_.load(std::memory_order_acquire);
-    for (;;) {
-      const count_type q = queued(w);
+    return word_.update_locked<std::int64_t>([n](Bits w, auto& c) {
+      const count_type q = w.queued();
       const count_type k = q < n ? q : n;
-      const count_type freed = n - k;
-      if (in_use(w) < n) return -1;
-      const std::uint64_t next = w - static_cast<std::uint64_t>(k) * queued_one - freed;
-      if (q != 0) {
-        word_.store(next, std::memory_order_release);
-        return k;
-      }
-      if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
-                                      std::memory_order_relaxed)) {
-        return k;
-      }
-    }
+      if (w.count() < n) return c.keep(-1);
+      return c.write(w.minus_queued(k).minus_count(n - k), k);
+    });
   }
-  /// Under the lock, T6: a queued caller left. The word counts it, so (as in release_locked) no
-  /// lock-free member can change the word meanwhile: a plain store.
-  void cancel_locked() noexcept {
-    const std::uint64_t w = word_.load(std::memory_order_acquire);
-    word_.store(w - queued_one, std::memory_order_release);
-  }
+  /// Under the lock, T6: a queued caller left.
+  void cancel_locked() noexcept { word_.leave_queue_locked(); }
   /// Under the lock, T7: closed, nobody queued; returns how many were.
-  std::uint32_t close_locked() noexcept {
-    std::uint64_t w = word_.load(std::memory_order_relaxed);
-    for (;;) {
-      const std::uint64_t next = (w & in_use_mask) | closed_bit;
-      if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel,
-                                      std::memory_order_relaxed)) {
-        return queued(w);
-      }
-    }
-  }
+  std::uint32_t close_locked() noexcept { return word_.close_locked(); }
   /// One load: {free permits, queued, closed}.
   [[nodiscard]] LedgerSnapshot snapshot() const noexcept {
-    const std::uint64_t w = word_.load(std::memory_order_acquire);
-    const count_type u = in_use(w);
-    return {u < limit_ ? limit_ - u : 0, queued(w), (w & closed_bit) != 0};
+    const Bits w = word_.load();
+    const count_type u = w.count();
+    return {u < limit_ ? limit_ - u : 0, w.queued(), w.closed()};
   }
   /// Permits in use (running calls plus grants in transit), from the same load as snapshot().
-  [[nodiscard]] count_type in_use() const noexcept {
-    return in_use(word_.load(std::memory_order_acquire));
-  }
+  [[nodiscard]] count_type in_use() const noexcept { return word_.load().count(); }
   /// True if a new caller would be rejected now: every permit in use (or someone queued) and the
   /// queue full, or closed. One load; used to reject without allocating.
   [[nodiscard]] bool full() const noexcept {
-    const std::uint64_t w = word_.load(std::memory_order_acquire);
-    if ((w & closed_bit) != 0) return true;
-    const bool permit_free = queued(w) == 0 && in_use(w) < limit_;
-    return !permit_free && queued(w) >= queue_limit_;
+    const Bits w = word_.load();
+    if (w.closed()) return true;
+    const bool permit_free = w.queued() == 0 && w.count() < limit_;
+    return !permit_free && w.queued() >= queue_limit_;
   }
   [[nodiscard]] count_type limit() const noexcept { return limit_; }
   [[nodiscard]] count_type queue_limit() const noexcept { return queue_limit_; }
@@ -154,16 +109,9 @@ class LimiterLedger {
   }
 
  private:
-  static constexpr std::uint64_t in_use_mask = 0xFFFF'FFFFull;
-  static constexpr std::uint64_t queued_one = 1ull << 32;
-  static constexpr std::uint64_t queued_mask = 0x7FFF'FFFFull << 32;
-  static constexpr std::uint64_t closed_bit = 1ull << 63;
-  static count_type in_use(std::uint64_t w) noexcept { return static_cast<count_type>(w); }
-  static count_type queued(std::uint64_t w) noexcept {
-    return static_cast<count_type>((w & queued_mask) >> 32);
-  }
-
-  std::atomic<std::uint64_t> word_{0};
+  using Bits = detail::LedgerBits;
+  /// The count of the word is the permits in use.
+  detail::LedgerWord word_{0};
   count_type limit_;
   count_type queue_limit_;
 };
