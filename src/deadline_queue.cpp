@@ -37,27 +37,16 @@ DeadlineQueue::~DeadlineQueue() {
   DeferredChecks::forget(this);
 }
 
-void DeadlineQueue::link_back(DeadlineEntry& e) noexcept {
-  if (ordered_ || tail_ == nullptr || tail_->deadline <= e.deadline) {
-    e.prev = tail_;
-    e.next = nullptr;
-    (tail_ != nullptr ? tail_->next : head_) = &e;
-    tail_ = &e;
+void DeadlineQueue::link_armed(DeadlineEntry& e) noexcept {
+  DeadlineEntry* last = armed_.back();
+  if (ordered_ || last == nullptr || last->deadline <= e.deadline) {
+    armed_.push_back(&e);
     return;
   }
   // Deadlines of varying durations: walk back to the entry's place (short in practice).
-  DeadlineEntry* after = tail_;
-  while (after != nullptr && after->deadline > e.deadline) after = after->prev;
-  e.prev = after;
-  e.next = after != nullptr ? after->next : head_;
-  (e.next != nullptr ? e.next->prev : tail_) = &e;
-  (after != nullptr ? after->next : head_) = &e;
-}
-
-void DeadlineQueue::unlink(DeadlineEntry*& head, DeadlineEntry*& tail, DeadlineEntry& e) noexcept {
-  (e.prev != nullptr ? e.prev->next : head) = e.next;
-  (e.next != nullptr ? e.next->prev : tail) = e.prev;
-  e.prev = e.next = nullptr;
+  DeadlineEntry* after = last;
+  while (after != nullptr && after->deadline > e.deadline) after = DeadlineList::prev(after);
+  armed_.insert_before(after != nullptr ? DeadlineList::next(after) : armed_.front(), &e);
 }
 
 void DeadlineQueue::arm_timer_locked(Clock::time_point t) {
@@ -91,17 +80,17 @@ void DeadlineQueue::arm(DeadlineEntry& e) {
   std::lock_guard lock(lock_);
   e.queue = this;
   e.state = DeadlineEntry::State::armed;
-  link_back(e);
+  link_armed(e);
   count_armed(+1);
   // A new head needs the timer; so does any deadline while no wait is outstanding (an expiry
   // whose delivery failed left the timer idle with deadlines armed).
-  if (head_ != &e && timer_waiting_) return;
+  if (armed_.front() != &e && timer_waiting_) return;
   try {
-    arm_timer_locked(head_->deadline);
+    arm_timer_locked(armed_.front()->deadline);
   } catch (...) {
     // Not armed after all: the caller does not disarm an entry whose arm() threw, and the entry's
     // storage ends with the execution.
-    unlink(head_, tail_, e);
+    armed_.unlink(&e);
     count_armed(-1);
     e.state = DeadlineEntry::State::idle;
     throw;
@@ -112,11 +101,11 @@ bool DeadlineQueue::disarm(DeadlineEntry& e) noexcept {
   std::unique_lock lock(lock_);
   switch (e.state) {
     case DeadlineEntry::State::armed:
-      unlink(head_, tail_, e);
+      armed_.unlink(&e);
       count_armed(-1);
       break;
     case DeadlineEntry::State::firing:
-      unlink(firing_head_, firing_tail_, e);
+      firing_.unlink(&e);
       break;
     case DeadlineEntry::State::idle:
     case DeadlineEntry::State::fired:
@@ -127,7 +116,7 @@ bool DeadlineQueue::disarm(DeadlineEntry& e) noexcept {
   // The last deadline is gone: unless a call comes back, the waiting timer is all that keeps the
   // context's run() going. Decide once the engine has returned to its caller: a caller that
   // starts its next call from this one's completion has armed again by then.
-  const bool idle = head_ == nullptr && timer_waiting_ && !sweep_pending_ && !shut_down_;
+  const bool idle = armed_.empty() && timer_waiting_ && !sweep_pending_ && !shut_down_;
   lock.unlock();
   if (idle) DeferredChecks::request(&DeadlineQueue::check_idle, this);
   return fired;
@@ -138,10 +127,10 @@ void DeadlineQueue::check_idle(void* queue) noexcept {
   // A caller whose next call started from the completion has armed again: the common case of a
   // busy loop, told without the lock. The count was last written under the lock, by this thread's
   // disarm or a later arm, so the load sees that write or a newer one.
-  if (q->armed_.load(std::memory_order_relaxed) != 0) return;
+  if (q->armed_count_.load(std::memory_order_relaxed) != 0) return;
   {
     std::lock_guard lock(q->lock_);
-    if (q->head_ != nullptr || !q->timer_waiting_ || q->sweep_pending_ || q->shut_down_) return;
+    if (!q->armed_.empty() || !q->timer_waiting_ || q->sweep_pending_ || q->shut_down_) return;
     q->sweep_pending_ = true;
   }
   q->post_sweep(false);
@@ -149,7 +138,7 @@ void DeadlineQueue::check_idle(void* queue) noexcept {
 
 void DeadlineQueue::release_idle_timer() noexcept {
   std::lock_guard lock(lock_);
-  if (head_ == nullptr && timer_waiting_) timer_->cancel();
+  if (armed_.empty() && timer_waiting_) timer_->cancel();
 }
 
 namespace {
@@ -181,7 +170,7 @@ void DeadlineQueue::post_sweep(bool second_pass) noexcept {
 void DeadlineQueue::sweep(bool second_pass) noexcept {
   {
     std::lock_guard lock(lock_);
-    if (shut_down_ || head_ != nullptr || !timer_waiting_) {
+    if (shut_down_ || !armed_.empty() || !timer_waiting_) {
       sweep_pending_ = false;  // a call came back (it keeps the timer), or nothing is left to do
       return;
     }
@@ -216,30 +205,28 @@ void DeadlineQueue::complete(const boost::system::error_code&) {
   if (shut_down_) return;
   const Clock::time_point now = clock_->now();
   try {
-    while (head_ != nullptr && head_->deadline <= now) {
-      DeadlineEntry* e = head_;
+    while (!armed_.empty() && armed_.front()->deadline <= now) {
+      DeadlineEntry* e = armed_.front();
       // The execution may finish before the job runs, and its storage may then hold another
       // execution's entry: the job looks for this entry and this ticket in the firing list
       // (without touching the entry) before using it. Posting allocates and may throw; the entry
       // moves only once its job exists.
       const std::uint64_t ticket = ++last_ticket_;
       boost::asio::post(e->call->call_executor(), FireJob{this, e, ticket});
-      unlink(head_, tail_, *e);
+      armed_.pop_front();
       count_armed(-1);
       e->ticket = ticket;
       e->state = DeadlineEntry::State::firing;
-      e->prev = firing_tail_;
-      (firing_tail_ != nullptr ? firing_tail_->next : firing_head_) = e;
-      firing_tail_ = e;
+      firing_.push_back(e);
     }
   } catch (...) {
     // The expired entry is still armed at the head: wait for it again (it is due, so the timer
     // completes at once and retries), and let the failure leave the loop's run() as any handler's
     // does. If re-arming throws too, the next arm() re-arms.
-    arm_timer_locked(head_->deadline);
+    arm_timer_locked(armed_.front()->deadline);
     throw;
   }
-  if (head_ != nullptr) arm_timer_locked(head_->deadline);
+  if (!armed_.empty()) arm_timer_locked(armed_.front()->deadline);
 }
 
 void DeadlineQueue::abandon() noexcept {
@@ -257,9 +244,9 @@ void DeadlineQueue::deliver(DeadlineEntry* target, std::uint64_t ticket) {
   DeadlineEntry::Fire fire = nullptr;
   {
     std::lock_guard lock(lock_);
-    for (DeadlineEntry* e = firing_head_; e != nullptr; e = e->next) {
+    for (DeadlineEntry* e = firing_.front(); e != nullptr; e = DeadlineList::next(e)) {
       if (e != target || e->ticket != ticket) continue;
-      unlink(firing_head_, firing_tail_, *e);
+      firing_.unlink(e);
       e->state = DeadlineEntry::State::fired;
       call = e->call;
       index = e->index;

@@ -285,7 +285,7 @@ bool CallBase::start_wait() {
 
 void TrampolineLevel::flush() noexcept {
   if (!owns_) return;
-  while (TrampolineJob* job = pop()) job->reschedule(job);
+  while (TrampolineJob* job = jobs_.pop_front()) job->reschedule(job);
   close();
 }
 
@@ -293,7 +293,7 @@ void TrampolineLevel::drain() {
   if (!owns_) return;
   Trampoline& t = tl_trampoline;
   std::size_t ran = 0;
-  while (TrampolineJob* job = pop()) {
+  while (TrampolineJob* job = jobs_.pop_front()) {
     if (++ran > trampoline_limit || !job->runnable(job)) {
       job->reschedule(job);
       continue;

@@ -86,13 +86,12 @@ RULES = [
     # The semaphores' wait paths.
     ("publication", r"BasicUnpairedSemaphore::(start_acquire|Initiation::|async_acquire$|"
      r"AcquireOp::(create|install|track_work|AcquireOp$|CancelHandler))", None, None),
-    ("publication", r"^kevlar::detail::WaitQueue::push_back$", None, None),
     ("publication", r"MutexDequeSemaphore::(start$|async_acquire$|Node::Node$|Cancel::Cancel$)",
      None, None),
     ("publication", r"ChannelSemaphore::async_acquire$", None, None),
     # The semaphores' release paths (the grant).
     ("completion", r"BasicUnpairedSemaphore::(release$|AcquireOp::on_complete$)", None, None),
-    ("completion", r"^kevlar::detail::(WakeChain|WaitQueue::(pop_front|unlink))", None, None),
+    ("completion", r"^kevlar::detail::complete_all$", None, None),
     ("completion", r"MutexDequeSemaphore::release$", None, None),
     ("completion", r"ChannelSemaphore::release$", None, None),
     # The limiter strategies' callbacks and ledgers outside the semaphore's slow paths.
@@ -101,8 +100,10 @@ RULES = [
     # The scheduler's run loop hands its own cost to the handlers it runs.
     (DISPATCH, r"^boost::asio::detail::scheduler::(run|do_run_one|run_one|poll|poll_one)$",
      None, None),
-    # Everything else of kevlar is the execution engine (also where the harness inlines it).
-    ("engine", r"^kevlar::(?!bench::|testing::)", None, None),
+    # Everything else of kevlar is the execution engine (also where the harness inlines it). The
+    # intrusive list serves the semaphore's queue and the engine's alike: it takes its callers'
+    # phases (it is unnamed).
+    ("engine", r"^kevlar::(?!bench::|testing::|detail::IntrusiveList::)", None, None),
     # The harness and the pair's operations.
     ("floor", r"^kevlar::(bench|testing)::", None, None),
     ("floor", r"^(main|\(anonymous namespace\)::)", None, None),

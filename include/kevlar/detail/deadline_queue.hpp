@@ -4,6 +4,7 @@
 
 #include <kevlar/clock.hpp>
 #include <kevlar/detail/engine.hpp>
+#include <kevlar/detail/intrusive_list.hpp>
 #include <kevlar/detail/spin_lock.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -19,15 +20,13 @@ namespace kevlar::detail {
 class DeadlineQueue;
 
 /// One armed deadline; lives in the frame of the layer that armed it (a timeout, a hedge).
-struct DeadlineEntry {
+struct DeadlineEntry : IntrusiveListHook<DeadlineEntry> {
   /// What an expiry does, on the execution's executor, if the execution still runs: by default
   /// (nullptr) it cancels what runs inside layer `index` (a timeout's expiry).
   using Fire = void (*)(CallBase& call, std::size_t index);
 
   enum class State : std::uint8_t { idle, armed, firing, fired };
 
-  DeadlineEntry* prev = nullptr;
-  DeadlineEntry* next = nullptr;
   Clock::time_point deadline{};
   CallBase* call = nullptr;
   std::size_t index = 0;
@@ -40,6 +39,9 @@ struct DeadlineEntry {
   State state = State::idle;
 };
 
+/// The armed or the firing entries of a DeadlineQueue.
+using DeadlineList = IntrusiveList<DeadlineEntry>;
+
 /// The deadlines of one (execution context, clock, duration): they are armed in deadline order,
 /// so arming and disarming are O(1) list operations under a small lock, with one clock timer
 /// underneath for the earliest deadline. The timer runs on the executor of the call that created
@@ -51,8 +53,9 @@ struct DeadlineEntry {
 /// to its caller (a loop's next call, started from the completion, arms again before that), a
 /// sweep job is posted to the timer's executor; if the queue is still empty after two passes of
 /// that executor's queue (no posted call came back), the sweep cancels the timer, so that an idle
-/// io_context's run() returns. A busy loop keeps its timer and posts nothing. When a deadline expires, the cancellation is delivered on the
-/// execution's own executor, and only if the execution has not finished meanwhile.
+/// io_context's run() returns. A busy loop keeps its timer and posts nothing. When a deadline
+/// expires, the cancellation is delivered on the execution's own executor, and only if the
+/// execution has not finished meanwhile.
 class DeadlineQueue final : private ClockWaiter {
  public:
   DeadlineQueue(const Clock& clock, const boost::asio::any_io_executor& ex, bool ordered);
@@ -85,13 +88,14 @@ class DeadlineQueue final : private ClockWaiter {
   void complete(const boost::system::error_code& ec) override;
   void abandon() noexcept override;
 
-  void link_back(DeadlineEntry& e) noexcept;
-  void unlink(DeadlineEntry*& head, DeadlineEntry*& tail, DeadlineEntry& e) noexcept;
+  /// Links `e` into the armed list at its place (the back, for deadlines of one duration).
+  void link_armed(DeadlineEntry& e) noexcept;
   void arm_timer_locked(Clock::time_point t);
-  /// Keeps armed_ equal to the length of the armed list (under the lock; read without it).
+  /// Keeps armed_count_ equal to the length of the armed list (under the lock; read without it).
   void count_armed(int delta) noexcept {
-    armed_.store(armed_.load(std::memory_order_relaxed) + static_cast<std::uint32_t>(delta),
-                 std::memory_order_relaxed);
+    armed_count_.store(
+        armed_count_.load(std::memory_order_relaxed) + static_cast<std::uint32_t>(delta),
+        std::memory_order_relaxed);
   }
   /// DeferredChecks: the queue emptied during the entry point that has just returned; if it is
   /// still empty, start the sweep.
@@ -107,11 +111,9 @@ class DeadlineQueue final : private ClockWaiter {
   /// call takes it for, are a few pointer updates; the long sections (starting the timer's wait,
   /// posting expiries) run once per timer expiry, not per call.
   SpinLock lock_;
-  DeadlineEntry* head_ = nullptr;  ///< armed, earliest first
-  std::atomic<std::uint32_t> armed_{0};  ///< entries in the armed list
-  DeadlineEntry* tail_ = nullptr;
-  DeadlineEntry* firing_head_ = nullptr;  ///< expired, cancellation on its way
-  DeadlineEntry* firing_tail_ = nullptr;
+  DeadlineList armed_;                         ///< armed, earliest first
+  std::atomic<std::uint32_t> armed_count_{0};  ///< entries in the armed list
+  DeadlineList firing_;                        ///< expired, cancellation on its way
   std::unique_ptr<ClockTimer> timer_;
   bool timer_waiting_ = false;
   bool sweep_pending_ = false;  ///< a sweep job is on its way

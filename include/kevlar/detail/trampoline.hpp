@@ -1,6 +1,8 @@
 // kevlar — internal: grants of kevlar's own queue waits run on the releasing thread.
 #pragma once
 
+#include <kevlar/detail/intrusive_list.hpp>
+
 #include <boost/assert.hpp>
 
 #include <cstddef>
@@ -11,8 +13,7 @@ namespace kevlar::detail {
 /// through the waiter's executor. Only kevlar's own waiters opt in (QueueWaitHandler), and only
 /// when the waiter's executor is a plain executor of the io_context the open level belongs to,
 /// running on this thread.
-struct TrampolineJob {
-  TrampolineJob* next = nullptr;
+struct TrampolineJob : IntrusiveListHook<TrampolineJob> {
   /// Delivers now, on this thread (frees the job; may throw what the handler throws).
   void (*run)(TrampolineJob*) = nullptr;
   /// Whether the waiter's io_context still runs on this thread (as asio::dispatch asks).
@@ -103,11 +104,7 @@ class TrampolineLevel {
     }
   }
   /// Queues `job` (accepts() said yes).
-  void push(TrampolineJob* job) noexcept {
-    job->next = nullptr;
-    (tail_ != nullptr ? tail_->next : head_) = job;
-    tail_ = job;
-  }
+  void push(TrampolineJob* job) noexcept { jobs_.push_back(job); }
 
  private:
   /// Sends this level's deliveries through their executors and closes it.
@@ -117,17 +114,9 @@ class TrampolineLevel {
     tl_trampoline.level = outer_;
     owns_ = false;
   }
-  TrampolineJob* pop() noexcept {
-    TrampolineJob* job = head_;
-    if (job != nullptr) {
-      head_ = job->next;
-      if (head_ == nullptr) tail_ = nullptr;
-    }
-    return job;
-  }
 
-  TrampolineJob* head_ = nullptr;
-  TrampolineJob* tail_ = nullptr;
+  /// The deliveries queued here, oldest first.
+  IntrusiveList<TrampolineJob> jobs_;
   /// The io_context this level accepts, once resolved (nullptr: it accepts nothing).
   const void* context_ = nullptr;
   /// The execution that opened the level, until its context is resolved or it ends.

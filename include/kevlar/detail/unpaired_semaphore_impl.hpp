@@ -207,19 +207,22 @@ bool BasicUnpairedSemaphore<L>::release(count_type n) noexcept {
     case ReleaseStep::contended:
       break;
   }
-  detail::WakeChain granted;
+  detail::WaitQueue granted;
   {
     std::lock_guard<detail::SpinLock> lock(lock_);
     const std::int64_t k = ledger_.release_locked(n);
     if (k < 0) return false;
     for (std::int64_t i = 0; i < k; ++i) {
       detail::WaitNode* w = queue_.pop_front();
+      // The ledger counted k waiters, so w is never null; saying so keeps g++ from warning about
+      // a store through the null pointer pop_front() returns for an empty queue.
       BOOST_ASSERT(w != nullptr);
+      if (w == nullptr) break;
       w->set_state(detail::WaitState::granted);
       granted.push_back(w);
     }
   }
-  granted.complete_all({});
+  detail::complete_all(granted, {});
   return true;
 }
 
@@ -258,17 +261,16 @@ boost::system::error_code BasicUnpairedSemaphore<L>::acquire_or_error(std::stop_
 
 template <Ledger L>
 void BasicUnpairedSemaphore<L>::close() noexcept {
-  detail::WakeChain aborted;
+  detail::WaitQueue aborted;
   {
     std::lock_guard<detail::SpinLock> lock(lock_);
     ledger_.close_locked();
-    detail::WaitNode* head = queue_.take_all();
-    for (detail::WaitNode* n = head; n != nullptr; n = n->next_) {
+    aborted.splice_back(queue_);
+    for (detail::WaitNode* n = aborted.front(); n != nullptr; n = detail::WaitQueue::next(n)) {
       n->set_state(detail::WaitState::aborted);
     }
-    aborted.adopt(head);
   }
-  aborted.complete_all(make_error_code(errc::closed));
+  detail::complete_all(aborted, make_error_code(errc::closed));
 }
 
 // Leaves the node alone unless it is still queued; never touches the semaphore once the node

@@ -1,11 +1,12 @@
 // kevlar — the intrusive FIFO of parked waiters behind kevlar::BasicUnpairedSemaphore.
 //
-// No counting logic lives here: the queue links, pops and unlinks nodes, and the node's state byte
-// records which of the exclusive exits (grant, cancellation, close) took it out of the queue.
-// Every mutation happens under the owning semaphore's slow-path lock.
+// No counting logic lives here: the queue (a detail::IntrusiveList) links, pops and unlinks nodes,
+// and the node's state byte records which of the exclusive exits (grant, cancellation, close) took
+// it out of the queue. Every mutation happens under the owning semaphore's slow-path lock.
 #pragma once
 
-#include <boost/assert.hpp>
+#include <kevlar/detail/intrusive_list.hpp>
+
 #include <boost/system/error_code.hpp>
 
 #include <atomic>
@@ -28,7 +29,7 @@ enum class WaitState : std::uint8_t {
 /// A parked waiter: list hooks, the state byte and the type-erased completion. The completion is
 /// called exactly once, after the lock has been released, with the outcome of the wait; it must
 /// not throw and must not call back into the semaphore under its lock.
-struct WaitNode {
+struct WaitNode : IntrusiveListHook<WaitNode> {
   using CompleteFn = void (*)(WaitNode* self, boost::system::error_code ec) noexcept;
 
   explicit WaitNode(CompleteFn complete) noexcept : complete_(complete) {}
@@ -42,112 +43,22 @@ struct WaitNode {
   [[nodiscard]] WaitState state() const noexcept { return state_.load(std::memory_order_acquire); }
   void set_state(WaitState s) noexcept { state_.store(s, std::memory_order_release); }
 
-  WaitNode* next_ = nullptr;
-  WaitNode* prev_ = nullptr;
-
  private:
   std::atomic<WaitState> state_{WaitState::idle};
   CompleteFn complete_;
 };
 
-/// A doubly-linked intrusive FIFO of WaitNode. O(1) push, pop and unlink; never allocates.
-/// Not synchronised: the owner serialises access with its slow-path lock.
-class WaitQueue {
- public:
-  WaitQueue() noexcept = default;
-  WaitQueue(const WaitQueue&) = delete;
-  WaitQueue& operator=(const WaitQueue&) = delete;
+/// The FIFO of parked waiters (O(1) push, pop and unlink; never allocates). Not synchronised: the
+/// semaphore serialises access with its slow-path lock. Waiters it takes out under the lock (a
+/// release's grants, close()'s aborts) go to a second WaitQueue on the caller's stack, completed by
+/// complete_all() once the lock is released, so a release that wakes k waiters allocates nothing.
+using WaitQueue = IntrusiveList<WaitNode>;
 
-  [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
-
-  void push_back(WaitNode* n) noexcept {
-    BOOST_ASSERT(n->next_ == nullptr && n->prev_ == nullptr);
-    n->prev_ = tail_;
-    if (tail_ != nullptr) {
-      tail_->next_ = n;
-    } else {
-      head_ = n;
-    }
-    tail_ = n;
-  }
-
-  /// Removes and returns the oldest node, or nullptr.
-  WaitNode* pop_front() noexcept {
-    WaitNode* n = head_;
-    if (n != nullptr) unlink(n);
-    return n;
-  }
-
-  /// Removes `n`, which must be in this queue.
-  void unlink(WaitNode* n) noexcept {
-    if (n->prev_ != nullptr) {
-      n->prev_->next_ = n->next_;
-    } else {
-      BOOST_ASSERT(head_ == n);
-      head_ = n->next_;
-    }
-    if (n->next_ != nullptr) {
-      n->next_->prev_ = n->prev_;
-    } else {
-      BOOST_ASSERT(tail_ == n);
-      tail_ = n->prev_;
-    }
-    n->next_ = nullptr;
-    n->prev_ = nullptr;
-  }
-
-  /// Detaches every node and returns the old head; the nodes stay chained through `next_` (in
-  /// FIFO order) so that the caller can complete them after unlocking.
-  WaitNode* take_all() noexcept {
-    WaitNode* h = head_;
-    head_ = nullptr;
-    tail_ = nullptr;
-    return h;
-  }
-
- private:
-  WaitNode* head_ = nullptr;
-  WaitNode* tail_ = nullptr;
-};
-
-/// A singly-linked chain of nodes popped under the lock and completed after it (FIFO order).
-/// Lives on the releaser's stack, so a release that wakes k waiters allocates nothing.
-class WakeChain {
- public:
-  void push_back(WaitNode* n) noexcept {
-    n->next_ = nullptr;
-    if (tail_ != nullptr) {
-      tail_->next_ = n;
-    } else {
-      head_ = n;
-    }
-    tail_ = n;
-  }
-
-  /// Adopts a chain produced by WaitQueue::take_all().
-  void adopt(WaitNode* head) noexcept {
-    head_ = head;
-    tail_ = nullptr;
-  }
-
-  /// Completes every node with `ec`, in order. Reads each node's successor before completing it,
-  /// because a completed node may be destroyed by another thread at once.
-  void complete_all(boost::system::error_code ec) noexcept {
-    WaitNode* n = head_;
-    head_ = nullptr;
-    tail_ = nullptr;
-    while (n != nullptr) {
-      WaitNode* next = n->next_;
-      n->next_ = nullptr;
-      n->prev_ = nullptr;
-      n->complete(ec);
-      n = next;
-    }
-  }
-
- private:
-  WaitNode* head_ = nullptr;
-  WaitNode* tail_ = nullptr;
-};
+/// Completes every node of `nodes` with `ec`, oldest first, leaving `nodes` empty. Each node is
+/// taken out of the list before it completes: a completed node may be destroyed by another thread
+/// at once.
+inline void complete_all(WaitQueue& nodes, boost::system::error_code ec) noexcept {
+  while (WaitNode* n = nodes.pop_front()) n->complete(ec);
+}
 
 }  // namespace kevlar::detail
