@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
-#include <iterator>
 #include <list>
 #include <random>
 #include <vector>
@@ -179,12 +178,18 @@ TEST(IntrusiveList, RandomOperationsMatchStdList) {
     if (candidates.empty()) return -1;
     return candidates[std::uniform_int_distribution<std::size_t>(0, candidates.size() - 1)(rng)];
   };
+  const auto node = [&](int v) { return &pool[static_cast<std::size_t>(v)]; };
+  const auto unlink_from_list = [&](int v) {
+    list.unlink(node(v));
+    model.remove(v);
+    in_list[static_cast<std::size_t>(v)] = false;
+  };
   for (int step = 0; step < 20000; ++step) {
     switch (std::uniform_int_distribution<int>(0, 5)(rng)) {
       case 0: {  // push_back
         const int v = pick(in_list, false);
         if (v < 0) break;
-        list.push_back(&pool[static_cast<std::size_t>(v)]);
+        list.push_back(node(v));
         model.push_back(v);
         in_list[static_cast<std::size_t>(v)] = true;
         break;
@@ -204,10 +209,7 @@ TEST(IntrusiveList, RandomOperationsMatchStdList) {
       }
       case 2: {  // unlink
         const int v = pick(in_list, true);
-        if (v < 0) break;
-        list.unlink(&pool[static_cast<std::size_t>(v)]);
-        model.remove(v);
-        in_list[static_cast<std::size_t>(v)] = false;
+        if (v >= 0) unlink_from_list(v);
         break;
       }
       case 3: {  // insert_before a random member (or the back)
@@ -215,8 +217,8 @@ TEST(IntrusiveList, RandomOperationsMatchStdList) {
         if (v < 0) break;
         const int pos =
             std::uniform_int_distribution<int>(0, 3)(rng) == 0 ? -1 : pick(in_list, true);
-        Item* at = pos < 0 ? nullptr : &pool[static_cast<std::size_t>(pos)];
-        list.insert_before(at, &pool[static_cast<std::size_t>(v)]);
+        Item* at = pos < 0 ? nullptr : node(pos);
+        list.insert_before(at, node(v));
         model.insert(pos < 0 ? model.end() : std::find(model.begin(), model.end(), pos), v);
         in_list[static_cast<std::size_t>(v)] = true;
         break;
@@ -224,10 +226,8 @@ TEST(IntrusiveList, RandomOperationsMatchStdList) {
       case 4: {  // move a node to the other list
         const int v = pick(in_list, true);
         if (v < 0) break;
-        list.unlink(&pool[static_cast<std::size_t>(v)]);
-        model.remove(v);
-        in_list[static_cast<std::size_t>(v)] = false;
-        other.push_back(&pool[static_cast<std::size_t>(v)]);
+        unlink_from_list(v);
+        other.push_back(node(v));
         other_model.push_back(v);
         in_other[static_cast<std::size_t>(v)] = true;
         break;
