@@ -345,10 +345,10 @@ struct CacheEntry {
 thread_local std::array<CacheEntry, 4> tl_cache;
 thread_local unsigned tl_cache_next = 0;
 
-/// This thread's cached queue for (context, clock, duration), or nullptr.
+/// This thread's cached queue for (context, clock, duration) from services of `epoch`, or
+/// nullptr.
 DeadlineQueue* cached_queue(const boost::asio::execution_context* ctx, const Clock& clock,
-                            Clock::duration duration) noexcept {
-  const std::uint64_t epoch = g_service_epoch.load(std::memory_order_acquire);
+                            Clock::duration duration, std::uint64_t epoch) noexcept {
   for (const CacheEntry& c : tl_cache) {
     if (c.context == ctx && c.clock == &clock && c.duration == duration.count() &&
         c.epoch == epoch) {
@@ -366,7 +366,7 @@ DeadlineQueue& deadline_queue_for(const boost::asio::any_io_executor& ex, const 
   // Read before the lookup: a queue created by a service that dies meanwhile is cached with the
   // old epoch and never handed out.
   const std::uint64_t epoch = g_service_epoch.load(std::memory_order_acquire);
-  if (DeadlineQueue* q = cached_queue(&ctx, clock, duration)) return *q;
+  if (DeadlineQueue* q = cached_queue(&ctx, clock, duration, epoch)) return *q;
   DeadlineQueue& q = boost::asio::use_service<DeadlineService>(ctx).queue(ex, clock, duration);
   tl_cache[tl_cache_next++ % tl_cache.size()] =
       CacheEntry{&ctx, &clock, duration.count(), epoch, &q};
@@ -379,7 +379,8 @@ DeadlineQueue& deadline_queue_for(const CallBase& call, const Clock& clock,
   // any_io_executor is built, queried and destroyed per call.
   if (const void* io = call.trampoline_context()) {
     const boost::asio::execution_context* ctx = static_cast<const boost::asio::io_context*>(io);
-    if (DeadlineQueue* q = cached_queue(ctx, clock, duration)) return *q;
+    const std::uint64_t epoch = g_service_epoch.load(std::memory_order_acquire);
+    if (DeadlineQueue* q = cached_queue(ctx, clock, duration, epoch)) return *q;
   }
   return deadline_queue_for(call.call_executor(), clock, duration);
 }
