@@ -355,32 +355,25 @@ void CircuitBreakerCore::release(const Admission& a) noexcept {
   }
 }
 
-void CircuitBreakerCore::isolate() {
-  std::uint64_t ticket = 0;
-  {
-    std::lock_guard lock(mutex_);
-    const CircuitState s = state_.load(std::memory_order_relaxed);
-    if (s != CircuitState::isolated) ticket = enqueue(s, CircuitState::isolated);
-    opening_pending_ = false;
-    ++opening_token_;
-    end_half_open_locked();
-    set_state(CircuitState::isolated);
-  }
-  publisher_.deliver(ticket);
-}
+void CircuitBreakerCore::isolate() { force_state(CircuitState::isolated); }
 
-void CircuitBreakerCore::reset() {
+void CircuitBreakerCore::reset() { force_state(CircuitState::closed); }
+
+void CircuitBreakerCore::force_state(CircuitState to) {
   std::uint64_t ticket = 0;
   {
     std::lock_guard lock(mutex_);
     const CircuitState s = state_.load(std::memory_order_relaxed);
-    if (s != CircuitState::closed) ticket = enqueue(s, CircuitState::closed);
+    if (s != to) ticket = enqueue(s, to);
+    // A pending opening's result is stale from here on.
     opening_pending_ = false;
     ++opening_token_;
-    clear_metrics_locked();
+    if (to == CircuitState::closed) {  // a reset also forgets the window and the trips
+      clear_metrics_locked();
+      trips_ = 0;
+    }
     end_half_open_locked();
-    trips_ = 0;
-    set_state(CircuitState::closed);
+    set_state(to);
   }
   publisher_.deliver(ticket);
 }

@@ -327,6 +327,8 @@ class CircuitBreakerCore {
   void set_state(CircuitState s) noexcept { state_.store(s, std::memory_order_release); }
   void open_locked(Clock::time_point now, Clock::duration d, std::uint64_t& ticket);
   void close_locked(std::uint64_t& ticket);
+  /// isolate() and reset(): moves to `to` (isolated or closed) by hand, whatever the state.
+  void force_state(CircuitState to);
   void clear_metrics_locked() noexcept;
   void end_half_open_locked() noexcept;
   /// Counts an outcome of a call admitted while closed; true if it crosses a threshold.
