@@ -1,23 +1,19 @@
-// Helpers for the circuit breaker tests: a sans-I/O driver, a transition recorder and Asio
-// operations that stay pending until the test completes or cancels them.
+// Helpers for the circuit breaker tests: a sans-I/O driver and a transition recorder. (Calls that
+// stay pending until the test completes them: tests/support/pending_ops.hpp.)
 #pragma once
 
 #include <kevlar/circuit_breaker.hpp>
 
 #include <core/async_ops.hpp>
 
-#include <boost/asio/append.hpp>
-#include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <atomic>
 #include <chrono>
-#include <memory>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -110,73 +106,6 @@ class Transitions {
   std::vector<CircuitStateChange> changes_;
   std::atomic<int> inside_{0};
   std::atomic<int> max_inside_{0};
-};
-
-/// Asio operations completing with (error_code, int) only when the test says so; cancelling one
-/// through its handler's cancellation slot completes it with operation_aborted.
-class PendingOps {
- public:
-  template <class Token>
-  auto async_op(Token&& token) {
-    return boost::asio::async_initiate<Token, void(boost::system::error_code, int)>(
-        [this](auto handler) { this->start(std::move(handler)); }, token);
-  }
-
-  /// Operations started so far (completed or not).
-  std::size_t started() const {
-    std::lock_guard lock(m_);
-    return ops_.size();
-  }
-  /// Completes the i-th operation (posting its handler) unless it completed already.
-  void complete(std::size_t i, boost::system::error_code ec = {}, int value = 1) {
-    std::unique_ptr<Op> op;
-    {
-      std::lock_guard lock(m_);
-      op = std::move(ops_.at(i));
-    }
-    if (op) op->complete(ec, value);
-  }
-  /// Destroys the i-th operation's handler without invoking it (an abandoned operation).
-  void drop(std::size_t i) {
-    std::unique_ptr<Op> op;
-    {
-      std::lock_guard lock(m_);
-      op = std::move(ops_.at(i));
-    }
-  }
-
- private:
-  struct Op {
-    virtual ~Op() = default;
-    virtual void complete(boost::system::error_code ec, int value) = 0;
-  };
-  template <class Handler>
-  struct OpImpl final : Op {
-    explicit OpImpl(Handler h) : handler(std::move(h)) {}
-    void complete(boost::system::error_code ec, int value) override {
-      boost::asio::post(boost::asio::append(std::move(handler), ec, value));
-    }
-    Handler handler;
-  };
-
-  template <class Handler>
-  void start(Handler handler) {
-    auto slot = boost::asio::get_associated_cancellation_slot(handler);
-    std::size_t index = 0;
-    {
-      std::lock_guard lock(m_);
-      index = ops_.size();
-      ops_.push_back(std::make_unique<OpImpl<Handler>>(std::move(handler)));
-    }
-    if (slot.is_connected()) {
-      slot.assign([this, index](boost::asio::cancellation_type) {
-        complete(index, boost::asio::error::operation_aborted, 0);
-      });
-    }
-  }
-
-  mutable std::mutex m_;
-  std::vector<std::unique_ptr<Op>> ops_;
 };
 
 }  // namespace kevlar::test

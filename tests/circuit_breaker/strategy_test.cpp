@@ -3,6 +3,7 @@
 #include "breaker_test_support.hpp"
 
 #include <alloc_counter.hpp>
+#include <pending_ops.hpp>
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
@@ -388,7 +389,7 @@ TEST(CircuitBreakerStrategy, AsyncRejectionCarriesTheErrorCode) {
   std::vector<error_code> results;
   auto start = [&] {
     shield.execute_async(
-        [&](auto token) { return ops.async_op(std::move(token)); },
+        ops.attempt(),
         asio::bind_executor(ioc, [&](error_code ec, int) { results.push_back(ec); }));
   };
   start();
@@ -401,7 +402,7 @@ TEST(CircuitBreakerStrategy, AsyncRejectionCarriesTheErrorCode) {
   ioc.run();
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[1], make_error_code(errc::circuit_open));
-  EXPECT_EQ(ops.started(), 1u);
+  EXPECT_EQ(ops.size(), 1u);
 }
 
 TEST_F(CircuitBreakerProbe, AsyncSixteenCallsAfterTheBreakAdmitExactlyOneProbe) {
@@ -410,17 +411,17 @@ TEST_F(CircuitBreakerProbe, AsyncSixteenCallsAfterTheBreakAdmitExactlyOneProbe) 
   int rejected = 0;
   int succeeded = 0;
   for (int i = 0; i < 16; ++i) {
-    shield.execute_async([&](auto token) { return ops.async_op(std::move(token)); },
+    shield.execute_async(ops.attempt(),
                          asio::bind_executor(ioc, [&](error_code ec, int) {
                            if (ec == make_error_code(errc::circuit_open)) ++rejected;
                            if (!ec) ++succeeded;
                          }));
   }
   ioc.poll();
-  EXPECT_EQ(ops.started(), 1u) << "exactly one probe";
+  EXPECT_EQ(ops.size(), 1u) << "exactly one probe";
   EXPECT_EQ(rejected, 15);
   EXPECT_EQ(b->state(), S::half_open);
-  ops.complete(0);
+  ops.succeed(0, 1);
   ioc.restart();
   ioc.run();
   EXPECT_EQ(succeeded, 1);
@@ -433,11 +434,11 @@ TEST_F(CircuitBreakerProbe, AsyncCancelledProbeFreesTheSlot) {
   asio::cancellation_signal cancel;
   std::optional<error_code> probe_result;
   shield.execute_async(
-      [&](auto token) { return ops.async_op(std::move(token)); },
+      ops.attempt(),
       asio::bind_cancellation_slot(
           cancel.slot(), asio::bind_executor(ioc, [&](error_code ec, int) { probe_result = ec; })));
   ioc.poll();
-  ASSERT_EQ(ops.started(), 1u);
+  ASSERT_EQ(ops.size(), 1u);
   cancel.emit(asio::cancellation_type::terminal);
   ioc.restart();
   ioc.run();
@@ -453,9 +454,9 @@ TEST_F(CircuitBreakerProbe, AsyncAbandonedProbeReleasesTheSlot) {
   {
     asio::io_context ioc;
     test::PendingOps ops;
-    shield.execute_async([&](auto token) { return ops.async_op(std::move(token)); },
+    shield.execute_async(ops.attempt(),
                          asio::bind_executor(ioc, [](error_code, int) { ADD_FAILURE(); }));
-    ASSERT_EQ(ops.started(), 1u);
+    ASSERT_EQ(ops.size(), 1u);
     EXPECT_EQ(b->core().metrics(clock->now()).probes_in_flight, 1);
     ops.drop(0);  // the operation's handler is destroyed uninvoked
   }

@@ -68,6 +68,14 @@ class PendingOps {
     c.finish(ec, value, false);
   }
   void succeed(std::size_t i, int value) { complete(i, {}, value); }
+  /// Destroys call `i`'s handler without invoking it, as an executor that shuts down with the
+  /// call pending does (kevlar then abandons the execution). Throws if it is already done.
+  void drop(std::size_t i) {
+    Call& c = at(i);
+    if (c.done) throw std::logic_error("PendingOps: call already completed");
+    c.done = true;
+    c.finish = nullptr;  // the only owner of the handler
+  }
 
   [[nodiscard]] Call& at(std::size_t i) { return *calls_.at(i); }
   [[nodiscard]] std::size_t size() const noexcept { return calls_.size(); }
