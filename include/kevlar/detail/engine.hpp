@@ -1,6 +1,6 @@
-// kevlar — internal: the engine (src/engine.cpp): the type-independent part of one execution and
-// the step loop that drives it. ("Trampoline" in kevlar names only the grant trampoline of
-// detail/trampoline.hpp.)
+// kevlar — internal: the engine (src/engine.cpp): the type-independent part of one execution, the
+// machine that applies its strategies' steps and the two shells that perform its actions.
+// ("Trampoline" in kevlar names only the grant trampoline of detail/trampoline.hpp.)
 #pragma once
 
 #include <kevlar/clause.hpp>
@@ -183,6 +183,17 @@ struct AsyncSteps {
   Attempts attempts;
 };
 
+/// What the engine's machine (CallBase::advance) asks its shell to do next. The synchronous shell
+/// performs each on the calling thread, the asynchronous one through Asio; either feeds the result
+/// back to the machine as the next event.
+enum class EngineAction : unsigned char {
+  start_operation,  ///< run the user's operation once (Context::attempt() is counted already)
+  wait,             ///< wait until the wait deadline for the layer at the current depth (Step::wait)
+  pending,          ///< a strategy's own wait or the attempts of a parked layer own the execution
+  deliver,          ///< the execution completed: its outcome is the caller's
+  abandon,          ///< an attempt of the parked layer was abandoned: the execution never completes
+};
+
 /// No layer runs attempts (CallBase's attempt layer): a value no depth ever takes.
 inline constexpr std::size_t no_attempt_layer = no_layer - 1;
 
@@ -264,9 +275,22 @@ class DeferredChecks {
   static inline thread_local Entry pending_[capacity] = {};
 };
 
-/// One execution of a pipeline. The engine (`run`) is a step loop shared by synchronous and
-/// asynchronous executions: strategies return Steps, the engine performs them. The typed parts
-/// (invoking the user's operation, delivering the result) live in the derived classes.
+/// One execution of a pipeline. The engine is a machine shared by synchronous and asynchronous
+/// executions, driven by two shells:
+/// - the machine (`advance` and its events: an operation done, a wait done, an attempt done)
+///   calls the strategies and applies the Steps they return, and stops when the execution needs
+///   something from outside, which it returns as an EngineAction. It performs no I/O: it neither
+///   starts operations nor arms timers nor delivers.
+/// - the synchronous shell (`run_sync`) performs each action on the calling thread: it runs the
+///   operation, blocks for a wait, and returns on delivery. It walks the subset of the machine's
+///   transitions a synchronous execution can take (no pending step, no attempts) with the depth
+///   on the C++ stack, which costs a third less than driving advance() (src/engine.cpp).
+/// - the asynchronous shell (`run`, `perform` and the completions that resume it) starts the
+///   operation or the timer with a handler that owns the execution, and feeds their completions
+///   back to the machine; it delivers through the caller's handler.
+/// A cancellation from the caller or from a layer (an event too) marks who cancelled and is
+/// emitted into the pending step's slot. The typed parts (invoking the user's operation,
+/// delivering the result) live in the derived classes.
 ///
 /// An asynchronous execution has at most one pending step at a time (the user's operation, a
 /// clock wait or a strategy's own wait); the handler of that step owns the execution. The one
@@ -282,6 +306,22 @@ class CallBase : private ClockWaiter {
   CallBase(const CallBase&) = delete;
   CallBase& operator=(const CallBase&) = delete;
 
+  // ---- the machine: events in, actions out, no I/O ----
+  /// Applies `step`, the one the layer at the current depth returned (Step::run_inner with no
+  /// layer entered yet starts the execution), calling strategies until the execution needs
+  /// something from outside, and returns what. Starts no operation, arms no timer, delivers
+  /// nothing: the shells do (run_sync, run and the completions that resume it).
+  EngineAction advance(Step step);
+  /// Event: the operation of the attempt advance() asked for (start_operation) completed; its
+  /// outcome is in outcome().
+  EngineAction operation_done();
+  /// Event: the wait advance() asked for (EngineAction::wait, until wait_deadline()) completed
+  /// with `ec` (`operation_aborted` if it was cut short).
+  EngineAction wait_done(const boost::system::error_code& ec);
+  /// The deadline of the wait advance() asked for.
+  [[nodiscard]] Clock::time_point wait_deadline() const noexcept { return wait_deadline_; }
+
+  // ---- the shells ----
   /// Asynchronous executions: performs `step` for the current layer and keeps going until the
   /// execution completes or a step is pending.
   void run(Step step);
@@ -427,14 +467,21 @@ class CallBase : private ClockWaiter {
   Step dispatch_wait_complete(std::size_t index, const boost::system::error_code& ec);
   Step fail_layer(std::size_t index, std::exception_ptr ep) noexcept;
   void finish_layer(std::size_t index) noexcept;
-  void run_steps(Step step);
+  // The asynchronous shell.
+  /// Performs `action` and the ones that follow until a step is pending or the execution ended.
+  void perform(EngineAction action);
   /// Starts the user's operation; false if its initiation threw and dropped its handler (the
   /// outcome is then the exception).
   bool start_operation();
+  /// Arms the timer of Step::wait; false if that threw (the outcome is then the exception).
+  bool start_wait();
+
+  // The synchronous shell.
   void run_layer_sync(std::size_t index);
   void run_attempt_sync();
+  /// Step::wait: blocks until wait_deadline_ (or the context's deadline, if earlier) and reports
+  /// how it ended to the layer; Step::suspend: fails the layer.
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
-  bool start_wait();
   void resume_after_operation();
   void resume_after_wait(const boost::system::error_code& ec);
   void emit_step(boost::asio::cancellation_type type) noexcept;
