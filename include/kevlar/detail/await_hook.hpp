@@ -3,6 +3,7 @@
 // executor with its cancellation slot in an asynchronous one.
 #pragma once
 
+#include <kevlar/detail/run_to_completion.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/strategy.hpp>
 
@@ -12,7 +13,6 @@
 #include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/error.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/system/error_code.hpp>
@@ -31,12 +31,6 @@ namespace kevlar::detail {
 struct HookEnd {
   bool failed;  ///< the hook threw (or was cancelled): the outcome holds its exception
 };
-
-/// True if the caller, a stop request or a deadline outside `layer` cancelled its execution: what
-/// a strategy checks when a step it awaited (a wait, a hook) has ended.
-[[nodiscard]] inline bool cancelled_meanwhile(const Layer& layer) noexcept {
-  return layer.cancelled_from_outside() || layer.context().cancelled();
-}
 
 /// An awaited hook failed and its exception is the outcome. If the execution was cancelled
 /// meanwhile and that exception is a cancellation (the cancellation reached what the hook
@@ -143,9 +137,7 @@ bool await_hook(Layer& layer, boost::asio::awaitable<R> hook, HookEnd& end, OnVa
   end.failed = false;
   HookRecorder<R, OnValue> record{&end, layer.outcome(), std::move(on_value)};
   if (layer.synchronous()) {
-    boost::asio::io_context private_context;
-    boost::asio::co_spawn(private_context, std::move(hook), std::move(record));
-    private_context.run();
+    run_to_completion(std::move(hook), std::move(record));
     return false;
   }
   auto ex = layer.executor();

@@ -3,12 +3,12 @@
 #pragma once
 
 #include <kevlar/clock.hpp>
+#include <kevlar/detail/run_to_completion.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <exception>
@@ -42,12 +42,7 @@ Step run_rejection_hooks(
     return Step::complete;
   }
   if (layer.synchronous()) {
-    boost::asio::io_context private_context;
-    std::exception_ptr failure;
-    boost::asio::co_spawn(private_context, on_rejected_async(event),
-                          [&failure](std::exception_ptr ep) { failure = ep; });
-    private_context.run();
-    if (failure) std::rethrow_exception(failure);
+    run_to_completion(on_rejected_async(event));  // its exception completes the layer
     layer.outcome().set_rejection(rejection, retry_after);
     return Step::complete;
   }

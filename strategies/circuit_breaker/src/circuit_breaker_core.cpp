@@ -2,9 +2,7 @@
 // machine (closed, open, half-open, isolated; probes; openings sized by a generator).
 #include <kevlar/circuit_breaker_core.hpp>
 #include <kevlar/detail/duration_check.hpp>
-
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
+#include <kevlar/detail/run_to_completion.hpp>
 
 #include <stdexcept>
 #include <string>
@@ -267,17 +265,7 @@ bool CircuitBreakerCore::count_outcome(Clock::time_point now, const Admission& a
 }
 
 Clock::duration CircuitBreakerCore::await_generator(const BreakEvent& event) const {
-  boost::asio::io_context private_context;
-  std::exception_ptr failure;
-  Clock::duration d{};
-  boost::asio::co_spawn(private_context, options_.break_duration_generator_async(event),
-                        [&](std::exception_ptr ep, Clock::duration v) {
-                          failure = std::move(ep);
-                          d = v;
-                        });
-  private_context.run();
-  if (failure) std::rethrow_exception(failure);
-  return d;
+  return detail::run_to_completion(options_.break_duration_generator_async(event));
 }
 
 void CircuitBreakerCore::record_outcome(Clock::time_point now, const Admission& a,

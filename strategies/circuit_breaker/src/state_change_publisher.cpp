@@ -1,9 +1,7 @@
 // The circuit breaker's ordered publisher of state changes: observers, shield observers and the
 // asynchronous hook's lane.
 #include <kevlar/detail/state_change_publisher.hpp>
-
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
+#include <kevlar/detail/run_to_completion.hpp>
 
 #include <algorithm>
 #include <optional>
@@ -173,10 +171,7 @@ void StateChangePublisher::pump_lane(std::vector<std::exception_ptr> failures) {
     const TransitionScope by_hand{TransitionSource{}};
     std::exception_ptr failure;
     try {
-      boost::asio::io_context private_context;
-      boost::asio::co_spawn(private_context, hook_(std::move(*change)),
-                            [&failure](std::exception_ptr ep) { failure = std::move(ep); });
-      private_context.run();
+      detail::run_to_completion(hook_(std::move(*change)));
     } catch (...) {
       failure = std::current_exception();
     }
