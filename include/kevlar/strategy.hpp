@@ -353,6 +353,13 @@ class QueueWaitHandler : public WaitHandler {
   }
 };
 
+/// True if the caller, a stop request or a deadline outside `layer` cancelled its execution: what
+/// a strategy checks when a step it awaited (a wait, a hook) has ended, and before it starts
+/// another attempt.
+[[nodiscard]] inline bool cancelled_meanwhile(const Layer& layer) noexcept {
+  return layer.cancelled_from_outside() || layer.context().cancelled();
+}
+
 /// kevlar's own layers (the observer layers) reach the execution they run in.
 struct LayerAccess {
   static CallBase* call(const Layer& layer) noexcept { return layer.call_; }

@@ -24,7 +24,7 @@ inline void cpu_relax() noexcept {
 ///
 /// Use it only for critical sections that are a handful of pointer and word updates on the common
 /// path; a section that may block for long (a syscall on every entry) belongs under a mutex.
-/// Not recursive. Satisfies Lockable, so std::lock_guard and std::unique_lock work with it.
+/// Not recursive. Satisfies BasicLockable, so std::lock_guard and std::unique_lock work with it.
 class SpinLock {
  public:
   void lock() noexcept {
@@ -38,10 +38,6 @@ class SpinLock {
         }
       }
     }
-  }
-  [[nodiscard]] bool try_lock() noexcept {
-    return !locked_.load(std::memory_order_relaxed) &&
-           !locked_.exchange(true, std::memory_order_acquire);
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 

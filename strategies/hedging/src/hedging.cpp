@@ -98,11 +98,10 @@ bool HedgeStrategy::launch_next(Layer& layer) {
   const std::uint32_t attempt = layer.attempts_started() + 1;
   // Not once the call is cancelled, nor once an outer deadline has passed (its expiry may still
   // be on its way: the stagger can fire first).
-  const auto stopped = [&] { return layer.cancelled_from_outside() || layer.context().cancelled(); };
-  if (attempt > options_.max_attempts || stopped()) return false;
+  if (attempt > options_.max_attempts || detail::cancelled_meanwhile(layer)) return false;
   if (options_.on_hedge) {
     options_.on_hedge(HedgeEvent{attempt, layer.context()});
-    if (stopped()) return false;  // cancelled inside the hook
+    if (detail::cancelled_meanwhile(layer)) return false;  // cancelled inside the hook
   }
   layer.start_attempt([&](Context& context) {
     if (options_.action_generator) options_.action_generator(HedgeActionArguments{attempt, context});
@@ -114,7 +113,7 @@ bool HedgeStrategy::launch_next(Layer& layer) {
 void HedgeStrategy::arm_stagger(Layer& layer, Frame& f) {
   disarm(f);
   if (!finite_stagger(options_.delay) || layer.attempts_started() >= options_.max_attempts ||
-      layer.cancelled_from_outside() || layer.context().cancelled()) {
+      detail::cancelled_meanwhile(layer)) {
     return;
   }
   // The stagger resumes the hedge (wait_complete) through the engine's deadline service.
