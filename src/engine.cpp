@@ -195,6 +195,16 @@ EngineAction CallBase::wait_done(const boost::system::error_code& ec) {
 void CallBase::run_sync() {
   // The thread-local marker of a running engine is left alone: only handlers of asynchronous steps
   // read it; depth_ too (only the asynchronous paths, a pending step and abandonment, read it).
+  if (pipeline_->observes_executions) [[unlikely]] {
+    observe_start();
+    if (pipeline_->size == 0) {
+      run_attempt_sync();
+    } else {
+      run_layer_sync(0);
+    }
+    observe_finish();
+    return;
+  }
   if (pipeline_->size == 0) {
     run_attempt_sync();
     return;  // the caller takes the outcome from here
@@ -263,6 +273,7 @@ Step CallBase::sync_wait(std::size_t index, Step step) {
       case EngineAction::pending:
         return;
       case EngineAction::deliver:
+        if (pipeline_->observes_executions && first_ == 0) observe_finish();
         deliver();  // the execution is destroyed here
         return;
       case EngineAction::abandon:

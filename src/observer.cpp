@@ -116,29 +116,6 @@ Failure failure_of_outcome(OutcomeRef outcome) noexcept {
 
 namespace {
 
-/// Layer 0 of an observed shield: measures the execution and emits ExecutionFinished.
-/// Its frame is the time the execution started.
-class ExecutionObserver final : public BasicStrategy<ExecutionObserver, Clock::time_point> {
- public:
-  [[nodiscard]] std::string describe() const override { return "(observer)"; }
-  Step start(Layer& layer, Clock::time_point& started) {
-    (*detail::LayerAccess::call(layer)->pipeline().observers)->ensure_announced();
-    started = layer.clock().now();
-    return Step::run_inner;
-  }
-  Step inner_complete(Layer& layer, Clock::time_point& started) {
-    const Clock::time_point start = started;
-    ExecutionFinished e;
-    const OutcomeRef outcome = layer.outcome();
-    e.success = outcome.has_value();
-    if (!e.success) e.failure = failure_of_outcome(outcome);
-    e.duration = layer.clock().now() - start;
-    e.attempts = layer.context().attempt();
-    layer.emit(std::move(e));
-    return Step::complete;
-  }
-};
-
 /// The last layer of an observed shield: emits AttemptStarted before each attempt.
 class AttemptObserver final : public Strategy {
  public:
@@ -156,9 +133,25 @@ class AttemptObserver final : public Strategy {
 
 }  // namespace
 
-Strategy& execution_observer() noexcept {
-  static ExecutionObserver instance;
-  return instance;
+void CallBase::observe_start() noexcept {
+  (*pipeline_->observers)->ensure_announced();
+  started_ = context_->clock().now();
+}
+
+void CallBase::observe_finish() noexcept {
+  const OutcomeRef outcome(outcome_);
+  ExecutionFinished e;
+  e.success = outcome.has_value();
+  if (!e.success) e.failure = failure_of_outcome(outcome);
+  e.duration = context_->clock().now() - started_;
+  e.attempts = context_->attempt();
+  Event event{EventSource{}, Event::Detail(std::in_place_type<ExecutionFinished>, std::move(e))};
+  const ObserverSet& set = **pipeline_->observers;
+  event.source.shield_name = set.name();
+  event.source.strategy_index = EventSource::no_strategy;  // the execution's own event
+  event.source.strategy = nullptr;
+  event.source.context = context_;
+  set.deliver(event);
 }
 
 Strategy& attempt_observer() noexcept {
@@ -170,7 +163,7 @@ Strategy& attempt_observer() noexcept {
 
 void Layer::emit_event(Event& event) const noexcept {
   const detail::ObserverSet& set = **call_->pipeline().observers;
-  // The execution's own events come from kevlar's observer layers, which are no strategy.
+  // The attempt observer's events are the execution's own: it is no strategy.
   const bool own = entry_->observer_layer;
   event.source.shield_name = set.name();
   event.source.strategy_index = own ? EventSource::no_strategy : strategy_index();

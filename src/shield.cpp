@@ -25,29 +25,28 @@ void seal(detail::Pipeline& p) {
                                        : std::make_shared<const detail::ObserverSet>(
                                              p.observers, p.name, p.strategies);
   const EventKinds interests = p.observer_set ? p.observer_set->interests() : 0;
-  // An observed shield runs kevlar's execution observer outermost (if an observer wants
-  // ExecutionFinished) and its attempt observer innermost (if one wants AttemptStarted); a shield
-  // without observers has neither, and every layer's interests are 0 (no event is built).
-  const bool execution_layer = (interests & event_kinds<ExecutionFinished>()) != 0;
+  // An observed shield has the engine time its executions (if an observer wants
+  // ExecutionFinished) and runs kevlar's attempt observer innermost (if one wants AttemptStarted);
+  // a shield without observers does neither, and every layer's interests are 0 (no event is
+  // built).
+  const bool observes_executions = (interests & event_kinds<ExecutionFinished>()) != 0;
   const bool attempt_layer = (interests & event_kinds<AttemptStarted>()) != 0;
-  const auto shift = static_cast<std::uint8_t>(execution_layer ? 1 : 0);
   p.layers.clear();
-  p.layers.reserve(n + 2);
+  p.layers.reserve(n + 1);
   std::size_t offset = 0;
   bool needs_executor = false;
   bool asynchronous_only = false;
   const auto add_observer_layer = [&](Strategy& s) {
     p.layers.push_back(detail::PipelineLayer{&s, Clause::default_clause().get(), offset, false,
-                                             true, shift, interests});
+                                             true, interests});
     offset += round_up(s.traits().frame_size);
   };
-  if (execution_layer) add_observer_layer(detail::execution_observer());
   std::vector<StrategyTraits> traits;
   traits.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     traits.push_back(p.strategies[i]->traits());
     p.layers.push_back(detail::PipelineLayer{p.strategies[i].get(), p.clauses[i].get(), offset,
-                                             p.clauses[i]->judges_results(), false, shift,
+                                             p.clauses[i]->judges_results(), false,
                                              interests});
     offset += round_up(traits.back().frame_size);
     needs_executor = needs_executor || traits.back().needs_executor;
@@ -86,6 +85,8 @@ void seal(detail::Pipeline& p) {
   p.view.asynchronous_only = asynchronous_only;
   p.view.clock = p.clock ? p.clock.get() : Clock::steady().get();
   p.view.name = p.name ? &*p.name : nullptr;
+  p.view.observes_executions = observes_executions;
+  p.bypasses_engine = p.layers.empty() && !observes_executions;
 }
 
 std::shared_ptr<detail::Pipeline> copy_of(const std::shared_ptr<const detail::Pipeline>& p) {

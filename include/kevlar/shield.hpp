@@ -66,6 +66,8 @@ struct Pipeline {
   std::vector<std::shared_ptr<Observer>> observers;
   /// What executions deliver events to: rebuilt by every seal (null without observers).
   std::shared_ptr<const ObserverSet> observer_set;
+  /// No layer and nothing to observe: calls go straight to the user's function or operation.
+  bool bypasses_engine = true;
 };
 
 }  // namespace detail
@@ -259,7 +261,7 @@ class Shield {
   template <SyncFunction F>
   auto execute(F&& fn, std::stop_token stop = {}) const
       -> std::remove_cvref_t<typename detail::SyncResult<std::remove_reference_t<F>>::type> {
-    if (p_ == nullptr || p_->layers.empty()) {
+    if (p_ == nullptr || p_->bypasses_engine) {
       if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
       if constexpr (std::invocable<F&, Context&>) {
         Context ctx(clock(), p_ != nullptr ? p_->view.name : nullptr, true, std::move(stop));
@@ -343,7 +345,7 @@ class Shield {
   template <AwaitableFactory F>
   auto execute_async(F factory) const -> detail::FactoryResult<F> {
     if constexpr (std::invocable<F&>) {  // a nullary factory
-      if (p_ == nullptr || p_->layers.empty()) return factory();  // no strategy, no observer
+      if (p_ == nullptr || p_->bypasses_engine) return factory();  // no strategy, no observer
     }
     return run_factory(*this, std::move(factory));
   }
@@ -421,8 +423,9 @@ class Shield {
   auto initiate(A attempt, Token&& token) const {
     // An empty shield hands the caller's handler straight to the operation. Otherwise the
     // execution keeps the pipeline alive (a temporary shield may run a callback-style call).
-    // (No strategy and no observer: no layer.)
-    std::shared_ptr<const detail::Pipeline> p = p_ == nullptr || p_->layers.empty() ? nullptr : p_;
+    // (Pipeline::bypasses_engine: no layer, nothing to observe.)
+    std::shared_ptr<const detail::Pipeline> p =
+        p_ == nullptr || p_->bypasses_engine ? nullptr : p_;
     return boost::asio::async_initiate<Token, Sig>(
         [](auto handler, std::shared_ptr<const detail::Pipeline> pipeline, A a) {
           if (pipeline == nullptr) {

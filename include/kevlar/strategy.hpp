@@ -105,14 +105,12 @@ class Layer {
   /// The outcome the inner part of the pipeline produced (meaningful in on_inner_complete and
   /// after it; a strategy that completes without running the inner part sets it first).
   [[nodiscard]] OutcomeRef outcome() const noexcept { return OutcomeRef(call_->outcome()); }
-  /// Zero-based position of this layer in the engine's pipeline (0 is the outermost). With
-  /// observers attached, kevlar's own execution observer is layer 0: name the strategy to users
-  /// with strategy_index().
+  /// Zero-based position of this layer in the engine's pipeline (0 is the outermost). For a
+  /// strategy it equals strategy_index(): kevlar's only layer of its own, the attempt observer of
+  /// an observed shield, comes after every strategy.
   [[nodiscard]] std::size_t index() const noexcept { return index_; }
   /// Zero-based position of this strategy among the shield's strategies (Shield::strategies()).
-  [[nodiscard]] std::size_t strategy_index() const noexcept {
-    return index_ - entry_->strategy_shift;
-  }
+  [[nodiscard]] std::size_t strategy_index() const noexcept { return index_; }
   /// True for Shield::execute, false for Shield::execute_async.
   [[nodiscard]] bool synchronous() const noexcept { return call_->synchronous(); }
   /// The shield's clock.
@@ -360,7 +358,7 @@ class QueueWaitHandler : public WaitHandler {
   return layer.cancelled_from_outside() || layer.context().cancelled();
 }
 
-/// kevlar's own layers (the observer layers) reach the execution they run in.
+/// kevlar's own layer (the attempt observer) reaches the execution it runs in.
 struct LayerAccess {
   static CallBase* call(const Layer& layer) noexcept { return layer.call_; }
 };

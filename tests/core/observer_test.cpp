@@ -524,6 +524,75 @@ TEST_F(Observed, EventsNobodyWantsAreNotBuilt) {
   EXPECT_EQ(all_event_kinds, 0x3ffu);
 }
 
+TEST_F(Observed, AShieldWithoutStrategiesTimesEachExecutionSyncAndAsync) {
+  // Only ExecutionFinished is wanted and there is no strategy: the shield has no layer at all, and
+  // the engine still runs (and times) each execution.
+  auto finished_only = std::make_shared<Picky>(event_kinds<ExecutionFinished>());
+  const Shield shield = Shield{}.observed_by(finished_only).observed_by(recorder).with_clock(clock);
+  EXPECT_EQ(shield.execute([&] {
+    clock->advance(3ms);
+    return 1;
+  }),
+            1);
+  EXPECT_THROW(shield.execute([]() -> int { throw std::runtime_error("down"); }),
+               std::runtime_error);
+
+  asio::io_context ioc;
+  std::optional<error_code> got;
+  shield.execute_async(
+      [&](auto token) {
+        clock->advance(4ms);
+        return test::async_answer(ioc.get_executor(), asio::error::connection_reset, 0,
+                                  std::move(token));
+      },
+      asio::bind_executor(ioc, [&](error_code ec, int) { got = ec; }));
+  ioc.run();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, asio::error::connection_reset);
+
+  EXPECT_EQ(finished_only->seen, (std::vector<std::string>{"finished", "finished", "finished"}));
+  const auto finished = recorder->all<ExecutionFinished>();
+  ASSERT_EQ(finished.size(), 3u);
+  EXPECT_TRUE(finished[0].success);
+  EXPECT_EQ(finished[0].duration, 3ms);
+  EXPECT_EQ(finished[0].attempts, 1u);
+  EXPECT_FALSE(finished[1].success);
+  EXPECT_NE(finished[1].failure.exception, nullptr);
+  EXPECT_FALSE(finished[2].success);
+  EXPECT_EQ(finished[2].failure.error, asio::error::connection_reset);
+  EXPECT_EQ(finished[2].duration, 4ms);
+  EXPECT_EQ(finished[2].attempts, 1u);
+  for (const auto& seen : recorder->seen()) {
+    EXPECT_EQ(seen.index, EventSource::no_strategy);
+    EXPECT_EQ(seen.strategy, nullptr);
+  }
+}
+
+TEST_F(Observed, AnAbandonedExecutionReportsNoEnd) {
+  const Shield shield = Shield{}.retry(1).observed_by(recorder).with_clock(clock);
+  {
+    asio::io_context ioc;
+    shield.execute_async(
+        [&](auto token) {
+          return test::async_answer(ioc.get_executor(), {}, 1, std::move(token));
+        },
+        asio::bind_executor(ioc, [](error_code, int) { ADD_FAILURE() << "never delivered"; }));
+  }  // destroyed with the operation's completion queued: the execution is abandoned
+  EXPECT_EQ(recorder->kinds(), (std::vector<std::string>{"attempt"}));
+}
+
+TEST_F(Observed, StrategyIndicesAreTheStrategiesPositionsInAnObservedShield) {
+  const Shield shield =
+      Shield{}.retry(constant_retries(1, 0ms)).circuit_breaker(consecutive(5)).observed_by(recorder);
+  EXPECT_THROW(shield.execute([]() -> int { throw std::runtime_error("down"); }),
+               std::runtime_error);
+  std::vector<std::size_t> retry_indices;
+  for (const auto& seen : recorder->seen()) {
+    if (std::holds_alternative<RetryScheduled>(seen.detail)) retry_indices.push_back(seen.index);
+  }
+  EXPECT_EQ(retry_indices, (std::vector<std::size_t>{0})) << "retry is the first strategy";
+}
+
 TEST(Observer, RejectionAndChaosKindsAreNamedAndAnUnknownValueSaysSo) {
   EXPECT_EQ(std::string(to_string(RejectionKind::circuit_open)), "circuit_open");
   EXPECT_EQ(std::string(to_string(RejectionKind::isolated)), "isolated");

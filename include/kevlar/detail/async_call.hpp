@@ -397,6 +397,7 @@ class AsyncCall final : public CallBase {
       call->destroy();
       throw;
     }
+    if (pipeline.observes_executions) call->observe_start();
     const CallBase* previous = std::exchange(tl_initiating_call, call);
     try {
       call->run(Step::run_inner);

@@ -37,8 +37,7 @@ struct PipelineLayer {
   const Clause* clause;
   std::size_t frame_offset;
   bool judges_results;  ///< clause->judges_results(), read on every success without a hop
-  bool observer_layer = false;   ///< one of kevlar's observer layers, not a strategy
-  std::uint8_t strategy_shift = 0;  ///< layer index - strategy index (1 after an execution observer)
+  bool observer_layer = false;   ///< kevlar's attempt observer layer, not a strategy
   /// What the shield's observers want (ObserverSet::interests), one load away; 0: unobserved.
   EventKinds interests = 0;
 };
@@ -56,10 +55,12 @@ struct PipelineView {
   /// Some layer's StrategyTraits::asynchronous_only: refuse synchronous executions.
   bool asynchronous_only = false;
   /// The shield's observers, or nullptr when nobody listens. Emission points test the layer's
-  /// interests instead (PipelineLayer::interests). When an observer wants ExecutionFinished,
-  /// layer 0 is kevlar's execution observer (PipelineLayer::strategy_shift is then 1); when one
-  /// wants AttemptStarted, the last layer is its attempt observer.
+  /// interests instead (PipelineLayer::interests). When one wants AttemptStarted, the last layer
+  /// is kevlar's attempt observer.
   const std::shared_ptr<const ObserverSet>* observers = nullptr;
+  /// An observer wants ExecutionFinished: the engine times each execution a caller started and
+  /// emits it just before delivering (CallBase::observe_start, observe_finish).
+  bool observes_executions = false;
 };
 
 inline constexpr std::size_t no_layer = std::numeric_limits<std::size_t>::max();
@@ -439,6 +440,12 @@ class CallBase : private ClockWaiter {
   /// Destroys an asynchronous execution without delivering.
   virtual void destroy() noexcept = 0;
 
+  /// PipelineView::observes_executions: the execution starts (announces the shield to its
+  /// observers, reads the clock) ...
+  void observe_start() noexcept;
+  /// ... and is about to deliver: emits ExecutionFinished. Not for attempt executions.
+  void observe_finish() noexcept;
+
  public:
   // Called on other executions of the same family (an attempt's ancestors).
   /// Asynchronous executions: allocates (does not start) an attempt execution running the layers
@@ -533,6 +540,8 @@ class CallBase : private ClockWaiter {
   /// The layer running several attempts at once (no_attempt_layer: none).
   std::size_t attempt_layer_ = no_attempt_layer;
   AttemptNode* node_ = nullptr;  ///< set for attempt executions
+  /// When the execution started; read only if the pipeline observes executions (observe_start).
+  Clock::time_point started_{};
 };
 
 }  // namespace detail
