@@ -189,8 +189,9 @@ EngineAction CallBase::wait_done(const boost::system::error_code& ec) {
 // attempt (a wait that reaches the deadline reports itself aborted). The shell walks that subset
 // with each layer in a C++ frame of its own, so the depth lives on the stack and the compiler
 // keeps it in a register. Driving it through advance() instead was measured at 245 instructions
-// for one pass-through layer against 185 (tools/count-instructions.sh, pass_through): the member
-// depth, the action dispatch and the asynchronous-only checks on every step.
+// for one pass-through layer against 185 with this walk (tools/count-instructions.sh,
+// pass_through, when the machine was split out): the member depth, the action dispatch and the
+// asynchronous-only checks on every step.
 
 void CallBase::run_sync() {
   // The thread-local marker of a running engine is left alone: only handlers of asynchronous steps

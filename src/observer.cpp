@@ -1,9 +1,12 @@
-// Observers: event delivery, and the two layers kevlar adds to an observed shield.
-#include <kevlar/detail/observer_layers.hpp>
+// Observers: event delivery, the engine's timing of executions (ExecutionFinished), and the layer
+// kevlar adds to an observed shield (AttemptStarted).
+#include <kevlar/detail/engine.hpp>
+#include <kevlar/detail/observer_layer.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <new>
+#include <utility>
 
 namespace kevlar {
 

@@ -1,4 +1,4 @@
-#include <kevlar/detail/observer_layers.hpp>
+#include <kevlar/detail/observer_layer.hpp>
 #include <kevlar/shield.hpp>
 
 #include <algorithm>

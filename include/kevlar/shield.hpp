@@ -340,8 +340,8 @@ class Shield {
 
   /// Executes a coroutine through the pipeline and returns an awaitable of its value:
   /// `T v = co_await shield.execute_async([&] { return client.get(id); });`. Failures are thrown
-  /// from the co_await (the coroutine's own exception object, or kevlar::Error). With an empty
-  /// shield the factory's awaitable is returned as it is.
+  /// from the co_await (the coroutine's own exception object, or kevlar::Error). With a shield that
+  /// has no strategy and nothing to observe, the factory's awaitable is returned as it is.
   template <AwaitableFactory F>
   auto execute_async(F factory) const -> detail::FactoryResult<F> {
     if constexpr (std::invocable<F&>) {  // a nullary factory
@@ -403,7 +403,7 @@ class Shield {
   template <class Fn, class R = std::remove_cvref_t<typename detail::SyncResult<Fn>::type>>
   [[gnu::noinline]] R execute_pipeline(Fn& fn, std::stop_token stop) const {
     if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
-    const detail::PipelineView& v = p_->view;  // execute() routes only non-empty shields here
+    const detail::PipelineView& v = p_->view;  // execute() routes only engine shields here
     if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
     Context ctx(*v.clock, v.name, true, std::move(stop));
     detail::FrameBuffer frames(v.frame_bytes);
@@ -421,9 +421,9 @@ class Shield {
 
   template <class Sig, class A, class Token>
   auto initiate(A attempt, Token&& token) const {
-    // An empty shield hands the caller's handler straight to the operation. Otherwise the
-    // execution keeps the pipeline alive (a temporary shield may run a callback-style call).
-    // (Pipeline::bypasses_engine: no layer, nothing to observe.)
+    // A shield with no strategy and nothing to observe (Pipeline::bypasses_engine) hands the
+    // caller's handler straight to the operation. Otherwise the execution keeps the pipeline
+    // alive (a temporary shield may run a callback-style call).
     std::shared_ptr<const detail::Pipeline> p =
         p_ == nullptr || p_->bypasses_engine ? nullptr : p_;
     return boost::asio::async_initiate<Token, Sig>(

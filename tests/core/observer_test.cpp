@@ -7,7 +7,10 @@
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include <algorithm>
@@ -29,9 +32,13 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using namespace std::chrono_literals;
 
-/// Records every event it receives (copied: an event's context must not be kept).
+/// Records every event it receives (copied: an event's context must not be kept), of the kinds it
+/// was made to want (all by default).
 class Recorder final : public Observer {
  public:
+  explicit Recorder(EventKinds kinds = all_event_kinds) : kinds_(kinds) {}
+  [[nodiscard]] EventKinds interests() const noexcept override { return kinds_; }
+
   struct Seen {
     Event::Detail detail;
     std::string shield;  ///< "<unnamed>" when the shield has no name
@@ -70,6 +77,7 @@ class Recorder final : public Observer {
   }
 
  private:
+  EventKinds kinds_;
   mutable std::mutex mutex_;
   std::vector<Seen> seen_;
 };
@@ -93,11 +101,11 @@ struct Observed : ::testing::Test {
   std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
 };
 
-TEST_F(Observed, AnUnobservedShieldHasNoObserverLayers) {
+TEST_F(Observed, AnUnobservedShieldHasNoObserverLayer) {
   const Shield plain = Shield{}.retry(1);
   const Shield observed = plain.observed_by(recorder);
   EXPECT_EQ(plain.size(), 1u);
-  EXPECT_EQ(observed.size(), 1u) << "the observer layers are not strategies of the shield";
+  EXPECT_EQ(observed.size(), 1u) << "the observer layer is not a strategy of the shield";
   EXPECT_EQ(observed.describe(), plain.describe());
   EXPECT_EQ(plain.execute([] { return 1; }), 1);
   EXPECT_TRUE(recorder->seen().empty()) << "observed_by returns a copy; the original is silent";
@@ -526,9 +534,9 @@ TEST_F(Observed, EventsNobodyWantsAreNotBuilt) {
 
 TEST_F(Observed, AShieldWithoutStrategiesTimesEachExecutionSyncAndAsync) {
   // Only ExecutionFinished is wanted and there is no strategy: the shield has no layer at all, and
-  // the engine still runs (and times) each execution.
-  auto finished_only = std::make_shared<Picky>(event_kinds<ExecutionFinished>());
-  const Shield shield = Shield{}.observed_by(finished_only).observed_by(recorder).with_clock(clock);
+  // the engine still runs (and times) each execution, synchronous, asynchronous and coroutine.
+  const auto finished_only = std::make_shared<Recorder>(event_kinds<ExecutionFinished>());
+  const Shield shield = Shield{}.observed_by(finished_only).with_clock(clock);
   EXPECT_EQ(shield.execute([&] {
     clock->advance(3ms);
     return 1;
@@ -546,13 +554,25 @@ TEST_F(Observed, AShieldWithoutStrategiesTimesEachExecutionSyncAndAsync) {
                                   std::move(token));
       },
       asio::bind_executor(ioc, [&](error_code ec, int) { got = ec; }));
+  std::optional<int> from_coroutine;
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        from_coroutine = co_await shield.execute_async([&]() -> asio::awaitable<int> {
+          clock->advance(5ms);
+          co_return 9;
+        });
+      },
+      asio::detached);
   ioc.run();
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(*got, asio::error::connection_reset);
+  EXPECT_EQ(from_coroutine, 9);
 
-  EXPECT_EQ(finished_only->seen, (std::vector<std::string>{"finished", "finished", "finished"}));
-  const auto finished = recorder->all<ExecutionFinished>();
-  ASSERT_EQ(finished.size(), 3u);
+  EXPECT_EQ(finished_only->kinds(),
+            (std::vector<std::string>{"finished", "finished", "finished", "finished"}));
+  const auto finished = finished_only->all<ExecutionFinished>();
+  ASSERT_EQ(finished.size(), 4u);
   EXPECT_TRUE(finished[0].success);
   EXPECT_EQ(finished[0].duration, 3ms);
   EXPECT_EQ(finished[0].attempts, 1u);
@@ -562,7 +582,9 @@ TEST_F(Observed, AShieldWithoutStrategiesTimesEachExecutionSyncAndAsync) {
   EXPECT_EQ(finished[2].failure.error, asio::error::connection_reset);
   EXPECT_EQ(finished[2].duration, 4ms);
   EXPECT_EQ(finished[2].attempts, 1u);
-  for (const auto& seen : recorder->seen()) {
+  EXPECT_TRUE(finished[3].success);
+  EXPECT_EQ(finished[3].duration, 5ms);
+  for (const auto& seen : finished_only->seen()) {
     EXPECT_EQ(seen.index, EventSource::no_strategy);
     EXPECT_EQ(seen.strategy, nullptr);
   }

@@ -23,6 +23,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <thread>
 #include <vector>
 
@@ -101,6 +102,28 @@ TEST_F(Hedging, TheFirstAttemptThatWinsBeforeTheDelayIsTheOnlyOne) {
   advance(5s);
   EXPECT_EQ(ops.size(), 1u) << "no hedge once the call completed";
   EXPECT_TRUE(ops.at(0).cancellations.empty());
+}
+
+TEST_F(Hedging, AnObservedHedgeReportsOneExecutionWithEveryAttempt) {
+  // The engine times the caller's execution, not each attempt the hedge runs inside it.
+  struct Finished final : Observer {
+    std::vector<ExecutionFinished> seen;
+    void on_event(const Event& e) override {
+      if (const auto* f = std::get_if<ExecutionFinished>(&e.detail)) seen.push_back(*f);
+    }
+  };
+  const auto observer = std::make_shared<Finished>();
+  Result& r = start(base().observed_by(observer).hedge(2, 1s));
+  advance(1s);
+  ASSERT_EQ(ops.size(), 2u);
+  advance(2s);
+  finish(1, {}, 8);
+  ASSERT_TRUE(r.ec.has_value());
+  EXPECT_EQ(r.value, 8);
+  ASSERT_EQ(observer->seen.size(), 1u) << "one execution, whatever ran inside it";
+  EXPECT_TRUE(observer->seen[0].success);
+  EXPECT_EQ(observer->seen[0].attempts, 2u);
+  EXPECT_EQ(observer->seen[0].duration, 3s) << "from the call's start, not the attempt's";
 }
 
 TEST_F(Hedging, AFiniteDelayLaunchesTheNextAttemptWhenTheClockReachesIt) {

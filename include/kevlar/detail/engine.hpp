@@ -280,12 +280,13 @@ class DeferredChecks {
 /// executions, driven by two shells:
 /// - the machine (`advance` and its events: an operation done, a wait done, an attempt done)
 ///   calls the strategies and applies the Steps they return, and stops when the execution needs
-///   something from outside, which it returns as an EngineAction. It performs no I/O: it neither
-///   starts operations nor arms timers nor delivers.
+///   something from outside, which it returns as an EngineAction. It starts no operation, arms
+///   no timer and delivers nothing (it may cancel or release a parked layer's attempts, which
+///   are executions of their own).
 /// - the synchronous shell (`run_sync`) performs each action on the calling thread: it runs the
 ///   operation, blocks for a wait, and returns on delivery. It walks the subset of the machine's
 ///   transitions a synchronous execution can take (no pending step, no attempts) with the depth
-///   on the C++ stack, which costs a third less than driving advance() (src/engine.cpp).
+///   on the C++ stack, which costs a quarter less than driving advance() (src/engine.cpp).
 /// - the asynchronous shell (`run`, `perform` and the completions that resume it) starts the
 ///   operation or the timer with a handler that owns the execution, and feeds their completions
 ///   back to the machine; it delivers through the caller's handler.
@@ -307,7 +308,7 @@ class CallBase : private ClockWaiter {
   CallBase(const CallBase&) = delete;
   CallBase& operator=(const CallBase&) = delete;
 
-  // ---- the machine: events in, actions out, no I/O ----
+  // ---- the machine: events in, actions out ----
   /// Applies `step`, the one the layer at the current depth returned (Step::run_inner with no
   /// layer entered yet starts the execution), calling strategies until the execution needs
   /// something from outside, and returns what. Starts no operation, arms no timer, delivers

@@ -8,6 +8,7 @@
 
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -38,6 +39,7 @@ R run_to_completion(boost::asio::awaitable<R> work) {
       if (!failure) value.emplace(std::move(v));
     });
     if (failure) std::rethrow_exception(failure);
+    if (!value) throw std::logic_error("kevlar: an awaited hook ended without completing");
     return std::move(*value);
   }
 }

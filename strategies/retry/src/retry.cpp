@@ -2,7 +2,7 @@
 // per-execution retry counter kept in the layer's frame.
 #include <kevlar/detail/duration_check.hpp>
 #include <kevlar/detail/duration_format.hpp>
-#include <kevlar/detail/observer_layers.hpp>
+#include <kevlar/detail/observer_layer.hpp>
 #include <kevlar/retry.hpp>
 
 #include <boost/asio/error.hpp>

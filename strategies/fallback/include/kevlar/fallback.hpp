@@ -4,7 +4,7 @@
 #include <kevlar/clause.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/await_hook.hpp>
-#include <kevlar/detail/observer_layers.hpp>
+#include <kevlar/detail/observer_layer.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/shield.hpp>
