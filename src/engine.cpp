@@ -196,6 +196,8 @@ EngineAction CallBase::wait_done(const boost::system::error_code& ec) {
 void CallBase::run_sync() {
   // The thread-local marker of a running engine is left alone: only handlers of asynchronous steps
   // read it; depth_ too (only the asynchronous paths, a pending step and abandonment, read it).
+  // The observed path is written apart on purpose: with one body testing the flag twice the
+  // unobserved path measured 4 instructions more per call (pass_through 188 -> 192).
   if (pipeline_->observes_executions) [[unlikely]] {
     observe_start();
     if (pipeline_->size == 0) {

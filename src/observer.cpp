@@ -119,6 +119,18 @@ Failure failure_of_outcome(OutcomeRef outcome) noexcept {
 
 namespace {
 
+/// Delivers `event` to the shield's observers from `call`, naming `strategy` at `strategy_index`
+/// as its source (nullptr and EventSource::no_strategy: the execution's own event).
+void deliver_from(CallBase& call, Event& event, std::size_t strategy_index,
+                  const Strategy* strategy) noexcept {
+  const ObserverSet& set = **call.pipeline().observers;
+  event.source.shield_name = set.name();
+  event.source.strategy_index = strategy_index;
+  event.source.strategy = strategy;
+  event.source.context = &call.context();
+  set.deliver(event);
+}
+
 /// The last layer of an observed shield: emits AttemptStarted before each attempt.
 class AttemptObserver final : public Strategy {
  public:
@@ -149,12 +161,7 @@ void CallBase::observe_finish() noexcept {
   e.duration = context_->clock().now() - started_;
   e.attempts = context_->attempt();
   Event event{EventSource{}, Event::Detail(std::in_place_type<ExecutionFinished>, std::move(e))};
-  const ObserverSet& set = **pipeline_->observers;
-  event.source.shield_name = set.name();
-  event.source.strategy_index = EventSource::no_strategy;  // the execution's own event
-  event.source.strategy = nullptr;
-  event.source.context = context_;
-  set.deliver(event);
+  deliver_from(*this, event, EventSource::no_strategy, nullptr);
 }
 
 Strategy& attempt_observer() noexcept {
@@ -165,14 +172,10 @@ Strategy& attempt_observer() noexcept {
 }  // namespace detail
 
 void Layer::emit_event(Event& event) const noexcept {
-  const detail::ObserverSet& set = **call_->pipeline().observers;
   // The attempt observer's events are the execution's own: it is no strategy.
   const bool own = entry_->observer_layer;
-  event.source.shield_name = set.name();
-  event.source.strategy_index = own ? EventSource::no_strategy : strategy_index();
-  event.source.strategy = own ? nullptr : entry_->strategy;
-  event.source.context = &call_->context();
-  set.deliver(event);
+  detail::deliver_from(*call_, event, own ? EventSource::no_strategy : strategy_index(),
+                       own ? nullptr : entry_->strategy);
 }
 
 detail::TransitionSource Layer::transition_source() const noexcept {
