@@ -4,20 +4,22 @@
 # (CI: stage c, the Debug AddressSanitizer build). Prints gcovr's summary, writes the per-file
 # table to <build dir>/coverage.txt, and fails when a floor is not met.
 #
-# Floors: lines 96 %; branches 71 %, a ratchet a point or so under the last measured level (lines
-# 97.2 % of 5,979, branches 72.4 %: 4,856 of 6,709, once tests of the descriptors, the runners,
-# Shield::wrap, the error messages and the retry's jitter landed; 70.3 % of 6,683 before them;
-# 65.9 % of 4,193 when the floor was introduced), to be raised as tests are added, towards 85 %.
-# Branches the compiler adds for exception propagation (every call that may throw has one) and
-# branches it proves unreachable are left out: they say nothing about the tests. gcov counts the
-# branches of each template instantiation on its own, so a template header used with many handler
-# types (detail/async_call.hpp, shield.hpp) counts a branch once per instantiation. Integrations
-# (integrations/) are not measured here. KEVLAR_COVERAGE_LINES / _BRANCHES override the floors.
+# Floors: lines 96 %; branches 76 %, a ratchet a point or so under the last measured level (lines
+# 97.5 % of 5,999; branches 77.5 %: 4,842 of 6,251), to be raised as tests are added, towards
+# 85 %. Branches the compiler adds for exception propagation (every call that may throw has one)
+# and branches it proves unreachable are left out: they say nothing about the tests. gcov 12 marks
+# an exception edge "(throw)" in its text output only when its block ran, so gcovr alone counted
+# the exception edges of code no test reaches (386 of them, which made the same run 73.0 % of
+# 6,637): tools/gcov-throw-flags.py, the gcov gcovr runs here, marks them from gcov's JSON output.
+# gcov counts the branches of each template instantiation on its own, so a template header used
+# with many handler types (detail/async_call.hpp, shield.hpp) counts a branch once per
+# instantiation. Integrations (integrations/) are not measured here. KEVLAR_COVERAGE_LINES /
+# _BRANCHES override the floors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: tools/coverage.sh <build dir configured with KEVLAR_COVERAGE=ON>}
 line_floor=${KEVLAR_COVERAGE_LINES:-96}
-branch_floor=${KEVLAR_COVERAGE_BRANCHES:-71}
+branch_floor=${KEVLAR_COVERAGE_BRANCHES:-76}
 if ! command -v gcovr >/dev/null 2>&1; then
   echo "coverage: gcovr is not installed (Debian package gcovr)" >&2
   exit 1
@@ -27,6 +29,7 @@ if [[ -z "$(find "$dir" -name '*.gcda' -print -quit)" ]]; then
   exit 1
 fi
 args=(--root . --object-directory "$dir"
+      --gcov-executable "python3 '$PWD/tools/gcov-throw-flags.py'"
       --filter 'src/' --filter 'include/' --filter 'strategies/'
       --exclude-throw-branches --exclude-unreachable-branches
       -j "${KEVLAR_JOBS:-2}")
