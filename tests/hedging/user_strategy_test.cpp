@@ -12,6 +12,7 @@
 #include <future>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace kevlar {
@@ -209,6 +210,55 @@ class SyncStarter final : public kevlar::Strategy {
 TEST(UserAttemptsSync, StartingAnAttemptInASynchronousExecutionThrows) {
   EXPECT_THROW((void)Shield{}.use(std::make_shared<SyncStarter>()).execute([] { return 1; }),
                std::logic_error);
+}
+
+TEST(UserAttemptsSync, TheRefusalSaysWhatTheStrategyNeeds) {
+  try {
+    (void)Shield{}.use(std::make_shared<SyncStarter>()).execute([] { return 1; });
+    FAIL() << "a synchronous execution started an attempt";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs an asynchronous execution"), std::string::npos)
+        << e.what();
+  }
+}
+
+/// Uses the attempt queries and cancellations without having started an attempt: they concern
+/// no attempt, in either kind of execution.
+class QueriesWithoutAttempts final : public kevlar::Strategy {
+ public:
+  std::string describe() const override { return "QueriesWithoutAttempts"; }
+  kevlar::Step on_start(kevlar::Layer& layer) override {
+    layer.cancel_attempts();  // nothing to cancel: a no-op
+    cancelled = layer.cancel_attempt(0);
+    started = layer.attempts_started();
+    running = layer.attempts_running();
+    return kevlar::Step::run_inner;
+  }
+  bool cancelled = true;
+  std::uint32_t started = 99;
+  std::uint32_t running = 99;
+};
+
+TEST(UserAttemptsSync, QueriesAndCancellationsWithoutAttemptsConcernNone) {
+  auto strategy = std::make_shared<QueriesWithoutAttempts>();
+  EXPECT_EQ(Shield{}.use(strategy).execute([] { return 4; }), 4);
+  EXPECT_FALSE(strategy->cancelled);
+  EXPECT_EQ(strategy->started, 0u);
+  EXPECT_EQ(strategy->running, 0u);
+}
+
+TEST_F(UserAttempts, QueriesAndCancellationsWithoutAttemptsConcernNone) {
+  auto strategy = std::make_shared<QueriesWithoutAttempts>();
+  start(Shield{}.use(strategy));
+  EXPECT_FALSE(strategy->cancelled);
+  EXPECT_EQ(strategy->started, 0u);
+  EXPECT_EQ(strategy->running, 0u);
+  ASSERT_EQ(ops.size(), 1u) << "the inner part runs the ordinary way";
+  EXPECT_TRUE(ops.at(0).cancellations.empty());
+  finish(0, {}, 6);
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_FALSE(*ec);
+  EXPECT_EQ(value, 6);
 }
 
 TEST(UserAttemptsExecutor, StartingAnAttemptForAHandlerWithoutAnExecutorFails) {

@@ -419,6 +419,57 @@ TEST_F(Timeout, GeneratorChoosesTheBudget) {
   EXPECT_THROW(std::rethrow_exception(outcome.exception()), std::invalid_argument);
 }
 
+// Generated budgets of varying lengths share one deadline queue, which keeps them in deadline
+// order whatever order they were armed in (a shorter budget armed after longer ones goes before
+// them, or between them) and re-arms its timer for an earlier deadline: each call times out at
+// its own deadline, not before, and none waits for a later one.
+TEST_F(Timeout, GeneratedBudgetsOfVaryingLengthsEachExpireAtTheirOwnDeadline) {
+  constexpr std::array<Clock::duration, 5> budgets{30s, 10s, 20s, 5s, 25s};
+  std::size_t next = 0;
+  TimeoutOptions o;
+  o.timeout_generator = [&](Context&) { return budgets.at(next++); };
+  const Shield shield = Shield{}.timeout(o).with_clock(clock);
+  std::array<std::unique_ptr<asio::steady_timer>, budgets.size()> hangs;
+  std::array<std::optional<error_code>, budgets.size()> results;
+  for (std::size_t i = 0; i < budgets.size(); ++i) {
+    hangs[i] = std::make_unique<asio::steady_timer>(ioc);
+    shield.execute_async(
+        Hang{hangs[i].get()},
+        asio::bind_executor(ioc, [&results, i](error_code ec) { results[i] = ec; }));
+  }
+  ioc.poll();
+  const auto completed = [&] {
+    std::string s;
+    for (std::size_t i = 0; i < results.size(); ++i) s += results[i].has_value() ? '1' : '0';
+    return s;
+  };
+  ASSERT_EQ(completed(), "00000");
+  // Just before and at each deadline, in deadline order: 5 s (call 3), 10 s (1), 20 s (2),
+  // 25 s (4), 30 s (0).
+  const std::array<std::pair<Clock::duration, const char*>, 10> steps{{{4s, "00000"},
+                                                                       {1s, "00010"},
+                                                                       {4s, "00010"},
+                                                                       {1s, "01010"},
+                                                                       {9s, "01010"},
+                                                                       {1s, "01110"},
+                                                                       {4s, "01110"},
+                                                                       {1s, "01111"},
+                                                                       {4s, "01111"},
+                                                                       {1s, "11111"}}};
+  Clock::duration elapsed{};
+  for (const auto& [advance, expected] : steps) {
+    clock->advance(advance);
+    elapsed += advance;
+    for (int n = 0; n < 4; ++n) ioc.poll();
+    EXPECT_EQ(completed(), expected)
+        << "after " << std::chrono::duration_cast<std::chrono::seconds>(elapsed).count() << " s";
+  }
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(*r, errc::timeout);
+  }
+}
+
 TEST_F(Timeout, InvalidOptionsAreRefusedAtBuild) {
   EXPECT_THROW((void)Shield{}.timeout(0s), std::invalid_argument);
   EXPECT_THROW((void)Shield{}.timeout(-1s), std::invalid_argument);
