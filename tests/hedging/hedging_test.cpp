@@ -450,6 +450,85 @@ TEST_F(Hedging, ATimeoutInsideGivesEachAttemptItsOwnBudget) {
   EXPECT_EQ(*r.ec, make_error_code(errc::timeout));
 }
 
+// A hedge inside a hedge: each outer attempt runs a hedge of its own, whose attempts are started
+// by an attempt (the engine's attempts nest). A winner anywhere ends everything else.
+TEST_F(Hedging, AHedgeInsideAHedgeRacesEveryAttemptOfBoth) {
+  Result& r = start(base().hedge(2, 0s).hedge(2, 0s));
+  ASSERT_EQ(ops.size(), 4u) << "two outer attempts, each hedged twice";
+  finish(0, down);  // handled inside the first outer attempt: its other attempt runs on
+  EXPECT_FALSE(r.ec.has_value());
+  EXPECT_TRUE(ops.at(1).cancellations.empty());
+  finish(3, {}, 12);
+  ASSERT_TRUE(r.ec.has_value());
+  EXPECT_FALSE(*r.ec);
+  EXPECT_EQ(r.value, 12);
+  EXPECT_EQ(ops.at(1).cancellations, terminal_once()) << "the other outer attempt's last one";
+  EXPECT_EQ(ops.at(2).cancellations, terminal_once()) << "the winner's sibling";
+  EXPECT_TRUE(ops.at(3).cancellations.empty());
+  EXPECT_EQ(ops.pending(), 0u) << "every loser ended";
+}
+
+TEST_F(Hedging, AHedgeInsideAHedgeEndsWithTheLastFailureWhenEveryAttemptFails) {
+  Result& r = start(base().hedge(2, 0s).hedge(2, 0s));
+  ASSERT_EQ(ops.size(), 4u);
+  finish(2, down);
+  finish(0, down);
+  finish(3, down);
+  EXPECT_FALSE(r.ec.has_value()) << "one attempt is still running";
+  finish(1, reset);
+  ASSERT_TRUE(r.ec.has_value());
+  EXPECT_EQ(*r.ec, reset);
+}
+
+/// The first execution it sees waits a second, then starts an attempt of its inner part even if
+/// the wait was cancelled (a strategy that ignores its cancellation) and ends with that attempt's
+/// outcome; every later one runs its inner part at once.
+class StubbornFirst final : public kevlar::Strategy {
+ public:
+  std::string describe() const override { return "StubbornFirst"; }
+  kevlar::StrategyTraits traits() const noexcept override {
+    kevlar::StrategyTraits t;
+    t.needs_executor = true;
+    t.asynchronous_only = true;
+    return t;
+  }
+  kevlar::Step on_start(kevlar::Layer& layer) override {
+    return starts++ == 0 ? layer.wait_for(1s) : kevlar::Step::run_inner;
+  }
+  kevlar::Step on_wait_complete(kevlar::Layer& layer, const error_code& ec) override {
+    waits.push_back(ec);
+    layer.start_attempt();
+    return kevlar::Step::suspend;
+  }
+  kevlar::Step on_attempt_complete(kevlar::Layer& layer, std::uint32_t) override {
+    attempt_errors.push_back(layer.outcome().error());
+    return kevlar::Step::complete;
+  }
+  int starts = 0;
+  std::vector<error_code> waits;
+  std::vector<error_code> attempt_errors;
+};
+
+// A losing hedge attempt is cancelled, then left to end on its own. An attempt started inside it
+// after that, by a strategy that ignores the cancellation, starts no operation: it fails as
+// cancelled at once, and the loser ends with it.
+TEST_F(Hedging, AnAttemptStartedInsideALoserLeftBehindStartsNoOperation) {
+  auto stubborn = std::make_shared<StubbornFirst>();
+  Result& r = start(base().hedge(2, 0s).use(stubborn));
+  ASSERT_EQ(ops.size(), 1u) << "the first hedge attempt waits; the second runs its operation";
+  finish(0, {}, 21);  // the second wins: the first is cancelled in its wait, then left behind
+  ASSERT_TRUE(r.ec.has_value());
+  EXPECT_FALSE(*r.ec);
+  EXPECT_EQ(r.value, 21);
+  ASSERT_EQ(stubborn->waits.size(), 1u);
+  EXPECT_EQ(stubborn->waits[0], asio::error::operation_aborted);
+  EXPECT_EQ(ops.size(), 1u) << "the attempt started inside the loser ran no operation";
+  ASSERT_EQ(stubborn->attempt_errors.size(), 1u);
+  EXPECT_EQ(stubborn->attempt_errors[0], asio::error::operation_aborted);
+  advance(1s);
+  EXPECT_EQ(ops.size(), 1u);
+}
+
 TEST_F(Hedging, AFallbackOutsideAnExhaustedHedgeFiresOnce) {
   int fallbacks = 0;
   FallbackOptions<int> f;
