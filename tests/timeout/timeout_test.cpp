@@ -26,6 +26,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 
 #include <array>
@@ -645,10 +646,15 @@ TEST_F(Timeout, AStaleExpiryNeverReachesAnExecutionThatReusedItsStorage) {
 // The deadline queue's timer does not run on the strand of the call that created the queue: while
 // that strand is busy (a handler of it blocks another thread), another call on the same context
 // still times out on schedule.
-TEST_F(Timeout, OneCallersBusyStrandDoesNotDelayAnothersDeadline) {
+/// A call on a strand made by `make_strand(fresh)` creates the context's deadline queue while that
+/// strand is busy on another thread; a second call's deadline, on the plain executor, must fire
+/// anyway: the queue's timer runs without the strand.
+template <class MakeStrand>
+void expect_busy_strand_not_to_delay_another_deadline(const std::shared_ptr<ManualClock>& clock,
+                                                      MakeStrand make_strand) {
   const Shield shield = Shield{}.timeout(1s).with_clock(clock);
   asio::io_context fresh;  // its deadline queue does not exist yet: the strand's call creates it
-  auto strand = asio::make_strand(fresh);
+  auto strand = make_strand(fresh);
   std::promise<void> entered;
   std::promise<void> release;
   asio::post(strand, [&] {
@@ -689,6 +695,65 @@ TEST_F(Timeout, OneCallersBusyStrandDoesNotDelayAnothersDeadline) {
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(*first, errc::timeout);
   TimeoutStrategy::release_idle_timers(fresh);
+}
+
+TEST_F(Timeout, OneCallersBusyStrandDoesNotDelayAnothersDeadline) {
+  expect_busy_strand_not_to_delay_another_deadline(
+      clock, [](asio::io_context& ctx) { return asio::make_strand(ctx); });
+}
+
+// The same on a thread pool: the strand's call creates the pool's queue while the strand blocks
+// one of the pool's two threads; the plain call's deadline fires on the other.
+TEST(TimeoutOnAThreadPool, OneCallersBusyStrandDoesNotDelayAnothersDeadline) {
+  auto clock = ManualClock::create();
+  const Shield shield = Shield{}.timeout(1s).with_clock(clock);
+  asio::thread_pool pool(2);
+  auto strand = asio::make_strand(pool);
+  std::promise<void> entered;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  asio::post(strand, [&entered, released] {
+    entered.set_value();
+    released.wait();
+  });
+  struct Release {
+    std::promise<void>* p;
+    bool done = false;
+    void operator()() {
+      if (!std::exchange(done, true)) p->set_value();
+    }
+    ~Release() { (*this)(); }  // a failed assertion returns early: let the pool finish
+  } release_busy{&release};
+  entered.get_future().wait();
+
+  asio::steady_timer strand_hang(pool);
+  std::promise<error_code> first;
+  shield.execute_async(Hang{&strand_hang},
+                       asio::bind_executor(strand, [&](error_code ec) { first.set_value(ec); }));
+  asio::steady_timer hang(pool);
+  std::promise<error_code> second;
+  shield.execute_async(Hang{&hang},
+                       asio::bind_executor(pool, [&](error_code ec) { second.set_value(ec); }));
+  std::future<error_code> first_done = first.get_future();
+  std::future<error_code> second_done = second.get_future();
+  clock->advance(1s);
+  // A bound on a wait for an event (the other pool thread runs the deadline), not a timer.
+  ASSERT_EQ(second_done.wait_for(30s), std::future_status::ready)
+      << "the plain call's deadline waited for the busy strand";
+  EXPECT_EQ(second_done.get(), errc::timeout);
+  EXPECT_EQ(first_done.wait_for(0s), std::future_status::timeout) << "its strand is still busy";
+
+  release_busy();
+  EXPECT_EQ(first_done.get(), errc::timeout);
+  TimeoutStrategy::release_idle_timers(pool);
+  pool.join();
+}
+
+// A strand over a type-erased executor (what a socket's executor gives): the same.
+TEST_F(Timeout, OneCallersBusyStrandOfATypeErasedExecutorDoesNotDelayAnothersDeadline) {
+  expect_busy_strand_not_to_delay_another_deadline(clock, [](asio::io_context& ctx) {
+    return asio::make_strand(asio::any_io_executor(ctx.get_executor()));
+  });
 }
 
 // The deadline queue is found per execution context, also on the fast path that names the
