@@ -293,6 +293,38 @@ TEST(ChaosDecisions, ARecordedScopeWinsOverTheThreadsAndTheCaptureRecordsTheThre
   EXPECT_EQ(pattern(captured, 1), std::vector<bool>{true});
 }
 
+TEST(ChaosDecisions, AScopeWithoutTheWantedOperationDoesNotMatch) {
+  ChaosFaultOptions o = fault_with(on());
+  o.chaos.operation = "checkout";
+  const Shield shield = chaos::fault(o);
+  ChaosScope unnamed{std::nullopt, "staging"};
+  EXPECT_EQ(pattern(shield, 1), std::vector<bool>{false});
+  ChaosScope named{"checkout"};
+  EXPECT_EQ(pattern(shield, 1), std::vector<bool>{true});
+}
+
+TEST(ChaosDecisions, TheCaptureRecordsNothingWithoutAScopeAndKeepsAScopeAlreadyRecorded) {
+  bool recorded = true;
+  ChaosBehaviorOptions look;
+  look.chaos = on();
+  look.behavior = [&recorded](Context& c) {
+    recorded = c.properties().contains(chaos_scope_key());
+  };
+  StrategyDriver<int> bare{chaos::capture_scope().wrap(chaos::behavior(look))};
+  bare.start();
+  EXPECT_FALSE(recorded) << "no thread scope: nothing to record";
+  EXPECT_EQ(bare.attempts(), 1u);
+  // A behaviour outside records the staging scope over the thread's; the capture inside keeps it.
+  ChaosFaultOptions f = fault_with(on());
+  f.chaos.environment = "staging";
+  ChaosBehaviorOptions b;
+  b.chaos = on();
+  b.behavior = [](Context& c) { record_chaos_scope(c, {std::nullopt, "staging"}); };
+  ChaosScope scope{std::nullopt, "production"};
+  EXPECT_EQ(pattern(chaos::behavior(b).wrap(chaos::capture_scope()).wrap(chaos::fault(f)), 1),
+            std::vector<bool>{true});
+}
+
 // ---- latency -------------------------------------------------------------------------------------
 
 ChaosLatencyOptions latency_of(Clock::duration d, ChaosOptions chaos = on()) {
@@ -328,6 +360,46 @@ TEST(ChaosDecisions, TheCallersCancellationEndsTheLatencyAtOnce) {
 
 TEST(ChaosDecisions, ATimeoutOutsideEndsTheLatencyAsATimeout) {
   StrategyDriver<int> d{Shield{}.timeout(1s).wrap(chaos::latency(latency_of(5s)))};
+  d.start();
+  d.advance(1s);
+  EXPECT_EQ(d.outcome().error(), errc::timeout);
+  EXPECT_EQ(d.attempts(), 0u);
+}
+
+TEST(ChaosDecisions, ADisabledLatencyStartsTheOperationAtOnceWithoutAskingForADelay) {
+  int generated = 0;
+  ChaosLatencyOptions o = latency_of(10s);
+  o.chaos.enabled = false;
+  o.delay_generator = [&generated](Context&) {
+    ++generated;
+    return Clock::duration(10s);
+  };
+  StrategyDriver<int> d{chaos::latency(o)};
+  d.start();
+  EXPECT_EQ(d.take_actions(), Actions{DriverAction::started(0)});
+  EXPECT_TRUE(d.timers().empty());
+  EXPECT_EQ(generated, 0);
+}
+
+TEST(ChaosDecisions, ALatencyNotChosenStartsTheOperationAtOnceAndTellsNoOne) {
+  int generated = 0;
+  int told = 0;
+  ChaosLatencyOptions o = latency_of(10s, on(0.0));
+  o.chaos.on_injected = [&told](const ChaosEvent&) { ++told; };
+  o.delay_generator = [&generated](Context&) {
+    ++generated;
+    return Clock::duration(10s);
+  };
+  StrategyDriver<int> d{chaos::latency(o)};
+  d.start();
+  EXPECT_EQ(d.take_actions(), Actions{DriverAction::started(0)});
+  EXPECT_TRUE(d.timers().empty());
+  EXPECT_EQ(generated, 0);
+  EXPECT_EQ(told, 0);
+}
+
+TEST(ChaosDecisions, ALatencyEndingAtTheDeadlineOfATimeoutOutsideEndsAsATimeout) {
+  StrategyDriver<int> d{Shield{}.timeout(1s).wrap(chaos::latency(latency_of(1s)))};
   d.start();
   d.advance(1s);
   EXPECT_EQ(d.outcome().error(), errc::timeout);
@@ -506,6 +578,33 @@ TEST(ChaosDecisions, WithoutABehaviourTheStrategyDecidesNothing) {
   d.start();
   EXPECT_EQ(d.attempts(), 1u);
   EXPECT_EQ(told, 0);
+}
+
+TEST(ChaosDecisions, ABehaviourRunsOnlyWhenEnabledAndChosen) {
+  int ran = 0;
+  ChaosBehaviorOptions plain;
+  plain.chaos = on();
+  plain.chaos.enabled = false;
+  plain.behavior = [&ran](Context&) { ++ran; };
+  StrategyDriver<int> disabled{chaos::behavior(plain)};
+  disabled.start();
+  EXPECT_EQ(disabled.attempts(), 1u);
+  EXPECT_EQ(ran, 0);
+  ChaosBehaviorOptions awaited;
+  awaited.chaos = on(0.0);
+  awaited.behavior_async = [&ran](Context&) -> asio::awaitable<void> {
+    ++ran;
+    co_return;
+  };
+  StrategyDriver<int> unchosen{chaos::behavior(awaited)};
+  unchosen.start();
+  EXPECT_EQ(unchosen.attempts(), 1u);
+  EXPECT_EQ(ran, 0);
+  plain.chaos.enabled = true;
+  StrategyDriver<int> chosen{chaos::behavior(plain)};
+  chosen.start();
+  EXPECT_EQ(chosen.attempts(), 1u);
+  EXPECT_EQ(ran, 1);
 }
 
 // ---- options and descriptions ---------------------------------------------------------------------

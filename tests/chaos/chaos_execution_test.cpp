@@ -173,6 +173,22 @@ TEST(ChaosExecution, SynchronousBehaviourBothKinds) {
   EXPECT_EQ(calls, 0);
 }
 
+TEST(ChaosExecution, AStopRequestedWhileAnAwaitedBehaviourRunsEndsTheCallBeforeTheFunction) {
+  std::stop_source stop;
+  ChaosBehaviorOptions b;
+  b.chaos = on();
+  b.behavior_async = [&stop](Context&) -> asio::awaitable<void> {
+    stop.request_stop();  // the caller gives up while the behaviour runs; it ends normally
+    co_return;
+  };
+  int calls = 0;
+  const Outcome<int> out =
+      chaos::behavior(b).execute_outcome([&calls] { return ++calls; }, stop.get_token());
+  ASSERT_TRUE(out.has_error());
+  EXPECT_EQ(out.error(), asio::error::operation_aborted);
+  EXPECT_EQ(calls, 0);
+}
+
 // ---- asynchronous: completion handlers and coroutines ----------------------------------------------
 
 /// Runs `shield` over an operation answering (no error, 5) and returns the handler's arguments.
