@@ -8,7 +8,9 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <ctime>
+#include <memory>
 #include <stdexcept>
 #include <utility>
 
@@ -102,21 +104,32 @@ const std::shared_ptr<const Clock>& Clock::steady() {
 
 class ManualClockTimer final : public ClockTimer {
  public:
-  explicit ManualClockTimer(ManualClock& clock) noexcept : clock_(&clock) {}
-  ~ManualClockTimer() override { clock_->remove(this); }
+  explicit ManualClockTimer(std::shared_ptr<std::atomic<ManualClock*>> clock) noexcept
+      : clock_(std::move(clock)) {}
+  ~ManualClockTimer() override {
+    if (ManualClock* c = clock()) c->remove(this);
+  }
 
   void async_wait_until(Clock::time_point deadline, ClockWaiter& waiter) override {
+    ManualClock::Entry e{
+        deadline, &waiter, this,
+        boost::asio::prefer(waiter.executor(), boost::asio::execution::outstanding_work.tracked)};
+    ManualClock* c = clock();
+    if (c == nullptr) {  // the clock is gone: no time will ever pass for this wait
+      post_completion(std::move(e), boost::asio::error::operation_aborted);
+      return;
+    }
     auto slot = waiter.cancellation_slot();
     if (slot.is_connected()) {
       slot.template emplace<CancelHandler>(CancelHandler{this});
     }
-    clock_->add(ManualClock::Entry{
-        deadline, &waiter, this,
-        boost::asio::prefer(waiter.executor(), boost::asio::execution::outstanding_work.tracked)});
+    c->add(std::move(e));
   }
 
   void cancel() noexcept override {
-    if (auto e = clock_->take(this))
+    ManualClock* c = clock();
+    if (c == nullptr) return;  // the clock aborted the outstanding wait when it was destroyed
+    if (auto e = c->take(this))
       post_completion(std::move(*e), boost::asio::error::operation_aborted);
   }
 
@@ -137,12 +150,20 @@ class ManualClockTimer final : public ClockTimer {
     ManualClockTimer* timer;
     void operator()(boost::asio::cancellation_type) const noexcept { timer->cancel(); }
   };
-  ManualClock* clock_;
+  [[nodiscard]] ManualClock* clock() const noexcept {
+    return clock_->load(std::memory_order_acquire);
+  }
+
+  std::shared_ptr<std::atomic<ManualClock*>> clock_;
 };
 
-ManualClock::ManualClock(time_point start) : now_(start) {}
+ManualClock::ManualClock(time_point start)
+    : self_(std::make_shared<std::atomic<ManualClock*>>(this)), now_(start) {}
 
 ManualClock::~ManualClock() {
+  // Timers that outlive the clock (held by executions an io_context destroys later) must not
+  // reach it any more.
+  self_->store(nullptr, std::memory_order_release);
   std::vector<Entry> pending;
   {
     std::lock_guard lock(mutex_);
@@ -168,7 +189,7 @@ bool ManualClock::sleep_until(time_point deadline, std::stop_token stop) const {
 }
 
 std::unique_ptr<ClockTimer> ManualClock::make_timer(const boost::asio::any_io_executor&) const {
-  return std::make_unique<ManualClockTimer>(const_cast<ManualClock&>(*this));
+  return std::make_unique<ManualClockTimer>(self_);
 }
 
 void ManualClock::advance(duration d) {

@@ -202,7 +202,9 @@ struct FireJob {
 void DeadlineQueue::complete(const boost::system::error_code&) {
   std::lock_guard lock(lock_);
   timer_waiting_ = false;
-  if (shut_down_) return;
+  // With nothing armed there is nothing to fire, and no execution keeps the clock alive: the
+  // completion may be the abort of a manual clock that is gone (its destructor aborts its waits).
+  if (shut_down_ || armed_.empty()) return;
   const Clock::time_point now = clock_->now();
   try {
     while (!armed_.empty() && armed_.front()->deadline <= now) {

@@ -5,6 +5,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -93,7 +94,9 @@ class ClockTimer {
 ///
 /// Like an Asio timer, an outstanding wait counts as work on its executor (io_context::run() does
 /// not return while one is pending). Destroying a ManualClock aborts every outstanding timer wait
-/// with `operation_aborted`.
+/// with `operation_aborted`. Its timers may outlive it (a test that destroys the clock before the
+/// io_context whose executions hold them): they then no longer reach the clock, and a wait started
+/// on one completes at once with `operation_aborted`.
 ///
 /// Thread-safety: all members may be called from any thread.
 class ManualClock final : public Clock {
@@ -151,6 +154,8 @@ class ManualClock final : public Clock {
   void remove(void* timer) noexcept;
   void collect_due(std::vector<Entry>& due);
 
+  /// This clock, for its timers; cleared when the clock is destroyed. The timers share it.
+  std::shared_ptr<std::atomic<ManualClock*>> self_;
   mutable std::mutex mutex_;
   mutable std::condition_variable_any changed_;
   time_point now_;

@@ -289,6 +289,35 @@ TEST(ManualClock, TimerCancellationThroughTheSlotAndCancel) {
   EXPECT_EQ(w2.ec, asio::error::operation_aborted);
 }
 
+TEST(ManualClock, DestroyingTheClockAbortsEveryOutstandingWait) {
+  asio::io_context ioc;
+  auto clock = ManualClock::create();
+  RecordingWaiter first(ioc);
+  RecordingWaiter second(ioc);
+  auto t1 = clock->make_timer(ioc.get_executor());
+  auto t2 = clock->make_timer(ioc.get_executor());
+  t1->async_wait_until(clock->now() + std::chrono::seconds(1), first);
+  t2->async_wait_until(clock->now() + std::chrono::hours(1), second);
+  clock.reset();
+  EXPECT_EQ(first.completions + second.completions, 0) << "posted, not run inside the destructor";
+  ioc.poll();
+  EXPECT_EQ(first.completions, 1);
+  EXPECT_EQ(first.ec, asio::error::operation_aborted);
+  EXPECT_EQ(second.completions, 1);
+  EXPECT_EQ(second.ec, asio::error::operation_aborted);
+  EXPECT_EQ(first.abandoned + second.abandoned, 0);
+  // The timers outlive the clock: cancelling one reaches nothing, and a wait started on one
+  // completes at once with operation_aborted, on its executor.
+  t1->cancel();
+  ioc.restart();
+  RecordingWaiter late(ioc);
+  t2->async_wait_until(Clock::time_point::max(), late);
+  EXPECT_EQ(late.completions, 0) << "posted, not run inside the wait's initiation";
+  ioc.poll();
+  EXPECT_EQ(late.completions, 1);
+  EXPECT_EQ(late.ec, asio::error::operation_aborted);
+}
+
 TEST(ManualClock, AbandonWaitsDropsOnlyTheWaitsOfThatExecutor) {
   auto clock = ManualClock::create();
   asio::io_context a;

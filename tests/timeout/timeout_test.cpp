@@ -471,6 +471,35 @@ TEST_F(Timeout, GeneratedBudgetsOfVaryingLengthsEachExpireAtTheirOwnDeadline) {
   }
 }
 
+// A manual clock that dies before the io_context (a test declaring it second): the context's
+// deadline queue keeps a timer of that clock until the context is destroyed, and neither the
+// aborted wait nor the timer's destruction may reach the dead clock (AddressSanitizer checks).
+TEST(TimeoutWithAManualClock, AClockDestroyedBeforeTheContextIsNeverReachedAgain) {
+  asio::io_context ioc;
+  std::optional<int> result;
+  {
+    auto clock = ManualClock::create();
+    const Shield shield = Shield{}.timeout(5s).with_clock(clock);
+    shield.execute_async(
+        [&](auto token) {
+          return asio::async_initiate<decltype(token), void(error_code, int)>(
+              [&](auto handler) {
+                asio::post(ioc, asio::append(std::move(handler), error_code{}, 3));
+              },
+              token);
+        },
+        asio::bind_executor(ioc, [&](error_code ec, int v) {
+          EXPECT_FALSE(ec);
+          result = v;
+        }));
+    ioc.run_one();  // the operation's completion: the call is over, its deadline disarmed
+    ASSERT_EQ(result, 3);
+    EXPECT_EQ(clock->pending_timers(), 1U) << "the queue's timer still waits for the old deadline";
+  }  // the shield and the clock are gone
+  ioc.restart();
+  ioc.poll();  // the aborted wait of the queue's timer
+}
+
 TEST_F(Timeout, InvalidOptionsAreRefusedAtBuild) {
   EXPECT_THROW((void)Shield{}.timeout(0s), std::invalid_argument);
   EXPECT_THROW((void)Shield{}.timeout(-1s), std::invalid_argument);
