@@ -14,6 +14,8 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -237,6 +239,64 @@ TEST(BreakerAsyncStateHook, AChangeThatFindsTheLaneTakenIsAwaitedByItsHolderInOr
   EXPECT_FALSE(l.overlapped);
 }
 
+TEST(BreakerAsyncStateHook, SeveralFailuresAwaitedByOneHolderReachItAsCircuitObserverErrors) {
+  const auto clock = ManualClock::create();
+  asio::io_context io;
+  asio::steady_timer gate(io, asio::steady_timer::time_point::max());
+  bool gated = true;
+  CircuitBreakerOptions o;
+  o.consecutive_failures = 1;
+  o.on_state_changed_async = [&](CircuitStateChange c) -> asio::awaitable<void> {
+    if (gated) {
+      error_code ignored;
+      co_await gate.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    }
+    throw std::domain_error(change_name(c));
+  };
+  const auto breaker = CircuitBreaker::create(o);
+  const Shield shield = Shield{}.use(breaker).with_clock(clock);
+  std::exception_ptr failure;
+  bool done = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        try {
+          (void)co_await shield.execute_async([]() -> asio::awaitable<int> {
+            throw Boom();
+            co_return 1;
+          });
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        done = true;
+      },
+      asio::detached);
+  poll_rounds(io);
+  ASSERT_FALSE(done) << "the tripping execution awaits the closed -> open hook";
+  breaker->reset();  // the lane is taken: its hook is awaited by the same holder
+  gated = false;
+  gate.cancel();
+  poll_rounds(io);
+  ASSERT_TRUE(done);
+  ASSERT_TRUE(failure);
+  try {
+    std::rethrow_exception(failure);
+  } catch (const CircuitObserverErrors& e) {
+    std::vector<std::string> what;
+    for (const std::exception_ptr& ep : e.errors()) {
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::domain_error& d) {
+        what.emplace_back(d.what());
+      }
+    }
+    EXPECT_EQ(what, (std::vector<std::string>{"closed->open", "open->closed"}));
+  } catch (...) {
+    ADD_FAILURE() << "not a CircuitObserverErrors";
+  }
+  EXPECT_EQ(breaker->state(), S::closed);
+}
+
 TEST(BreakerAsyncStateHook, AChangeMadeInsideTheHookIsAwaitedNextWithoutDeadlock) {
   const auto clock = ManualClock::create();
   asio::io_context io;
@@ -326,6 +386,49 @@ TEST(BreakerAsyncStateHook, AnAbandonedHolderFreesTheLaneAndTheNextChangeAwaitsW
   breaker->isolate();  // finds the lane free: awaits the reset's hook, then its own
   EXPECT_EQ(log, (std::vector<std::string>{"open->closed", "closed->isolated"}));
   shield.reset();
+}
+
+TEST(BreakerAsyncStateHook, AProbeAbandonedWhileItAwaitsItsHalfOpenHookFreesItsSlot) {
+  const auto clock = ManualClock::create();
+  bool hold = false;
+  CircuitBreakerOptions o;
+  o.consecutive_failures = 1;
+  o.break_duration = 5s;
+  o.on_state_changed_async = [&hold](CircuitStateChange) -> asio::awaitable<void> {
+    if (hold) {
+      asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::hours(1));
+      co_await timer.async_wait(asio::use_awaitable);
+    }
+  };
+  const auto breaker = CircuitBreaker::create(o);
+  const Shield shield = Shield{}.use(breaker).with_clock(clock);
+  std::optional<error_code> got;
+  int calls = 0;
+  {
+    asio::io_context io;
+    start_call(shield, io, asio::error::connection_reset, got);
+    poll_rounds(io);
+  }
+  ASSERT_EQ(got, error_code(asio::error::connection_reset));
+  ASSERT_EQ(breaker->state(), S::open);
+  clock->advance(5s);
+  hold = true;
+  got.reset();
+  {
+    asio::io_context io;
+    start_call(shield, io, {}, got, &calls);
+    poll_rounds(io);
+    EXPECT_EQ(breaker->state(), S::half_open);
+    EXPECT_EQ(calls, 0) << "the probe awaits the open -> half_open hook";
+  }  // the io_context goes with the hook's coroutine and the probe that awaits it
+  EXPECT_FALSE(got.has_value());
+  hold = false;
+  asio::io_context io;
+  start_call(shield, io, {}, got, &calls);
+  poll_rounds(io);
+  EXPECT_EQ(got, error_code()) << "the abandoned probe's slot was freed: this call is the probe";
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(breaker->state(), S::closed);
 }
 
 TEST(BreakerAsyncStateHook, NothingIsAwaitedWithoutAChange) {

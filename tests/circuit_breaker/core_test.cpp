@@ -362,6 +362,32 @@ TEST(CircuitBreakerCore, IsolateOrResetMakesInFlightProbesStale) {
   EXPECT_EQ(d.core.state(), S::closed) << "a stale probe opens nothing";
 }
 
+TEST(CircuitBreakerCore, ProbesOfAnEarlierHalfOpenPeriodChangeNothingInTheNextOne) {
+  CircuitBreakerOptions o = consecutive(1, 5s);
+  o.half_open_probes = 4;
+  Driver d(o);
+  EXPECT_TRUE(d.fail());
+  d.advance(5s);
+  std::vector<CircuitBreakerCore::Admission> old;
+  for (int i = 0; i < 4; ++i) {
+    old.push_back(d.core.admit(d.now));
+    ASSERT_TRUE(old.back().probe());
+  }
+  d.core.record_failure(d.now, old[3]);  // re-opens: the other three probes are stale
+  ASSERT_EQ(d.core.state(), S::open);
+  d.advance(5s);
+  const auto fresh = d.core.admit(d.now);
+  ASSERT_TRUE(fresh.probe());
+  d.core.record_success(d.now, old[0]);
+  EXPECT_EQ(d.core.state(), S::half_open) << "a stale probe's success closes nothing";
+  d.core.record_failure(d.now, old[1]);
+  EXPECT_EQ(d.core.state(), S::half_open) << "a stale probe's failure opens nothing";
+  d.core.release(old[2]);
+  EXPECT_EQ(d.core.metrics(d.now).probes_in_flight, 1) << "the fresh probe keeps its slot";
+  d.core.record_success(d.now, fresh);
+  EXPECT_EQ(d.core.state(), S::closed);
+}
+
 TEST(CircuitBreakerCore, TransitionStreamForTripProbeClose) {
   Transitions log;
   CircuitBreakerOptions o = consecutive(1, 5s);

@@ -153,6 +153,43 @@ TEST(OpeningReservation, AFailedProbeHoldsTheHalfOpenCircuitUntilItsDurationArri
   EXPECT_TRUE(core.admit(clock.now()).probe());  // both slots
 }
 
+TEST(OpeningReservation, WhileAFailedProbesBreakIsSizedOtherProbesEndWithoutClosingOrReserving) {
+  ManualClock clock;
+  CircuitBreakerOptions o = sized_by_caller(1);
+  o.half_open_probes = 3;
+  o.success_threshold = 2;
+  Core core(o);
+  Core::Opening opening;
+  ASSERT_TRUE(fail(core, clock, opening));
+  core.open_reserved(opening, clock.now(), 10s);
+  clock.advance(10s);
+  const Core::Admission failing = core.admit(clock.now());
+  const Core::Admission succeeding = core.admit(clock.now());
+  const Core::Admission failing_too = core.admit(clock.now());
+  ASSERT_TRUE(failing.probe());
+  ASSERT_TRUE(succeeding.probe());
+  ASSERT_TRUE(failing_too.probe());
+  ASSERT_TRUE(core.reserve_opening(clock.now(), failing, Core::Failure{}, true, false, opening));
+  core.record_success(clock.now(), succeeding);
+  EXPECT_EQ(core.state(), S::half_open);
+  Core::Opening second;
+  EXPECT_FALSE(core.reserve_opening(clock.now(), failing_too, Core::Failure{}, true, false, second))
+      << "the first failure's opening is the one sized";
+  EXPECT_EQ(core.metrics(clock.now()).probes_in_flight, 1) << "only the probe being sized";
+  // The sizing fails: the circuit stays half-open, and the success made meanwhile did not count
+  // towards the two needed to close it.
+  core.cancel_opening(opening);
+  EXPECT_EQ(core.metrics(clock.now()).probes_in_flight, 0);
+  const Core::Admission first = core.admit(clock.now());
+  ASSERT_TRUE(first.probe());
+  core.record_success(clock.now(), first);
+  EXPECT_EQ(core.state(), S::half_open) << "one success of two";
+  const Core::Admission second_success = core.admit(clock.now());
+  ASSERT_TRUE(second_success.probe());
+  core.record_success(clock.now(), second_success);
+  EXPECT_EQ(core.state(), S::closed);
+}
+
 TEST(OpeningReservation, ASlowSuccessThatTripsReservesWithoutAFailure) {
   ManualClock clock;
   CircuitBreakerOptions o = sized_by_caller(5);

@@ -113,6 +113,13 @@ TEST(CircuitBreakerStrategy, DescribeStrings) {
             "github: CircuitBreaker(5 consecutive, break 30s)");
 }
 
+TEST(CircuitBreakerStrategy, ASuccessThresholdIsDescribedEvenWithASingleProbe) {
+  CircuitBreakerOptions o;
+  o.success_threshold = 3;
+  EXPECT_EQ(CircuitBreaker::create(o)->describe(),
+            "CircuitBreaker(5 consecutive, break 15s, probes 1, close after 3)");
+}
+
 TEST(CircuitBreakerStrategy, InvalidOptionsAreRefusedWhenTheShieldIsBuilt) {
   EXPECT_THROW((void)Shield{}.circuit_breaker(0, 30s), std::invalid_argument);
   EXPECT_THROW((void)Shield{}.circuit_breaker(3, 0s), std::invalid_argument);
