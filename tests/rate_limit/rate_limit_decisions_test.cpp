@@ -337,6 +337,26 @@ TEST_F(RateDecisions, AnOuterTimeoutEndsTheQueueWaitAndGivesTheReservationBack) 
   EXPECT_TRUE(started(c));
 }
 
+TEST_F(RateDecisions, AQueuedCallUnderAnOuterTimeoutRunsAtItsDueTimeBeforeTheDeadline) {
+  limiter = RateLimitStrategy::create([] {
+    RateLimitOptions o;
+    o.permits = 1;
+    o.window = 1s;
+    o.queue_limit = 1;
+    return o;
+  }());
+  shield = Shield{}.timeout(5s).use(limiter);
+  EXPECT_TRUE(started(call()));
+  StrategyDriver<int>& b = call();
+  ASSERT_FALSE(b.delivered());
+  EXPECT_EQ(b.attempts(), 0u);
+  advance(1s);
+  EXPECT_TRUE(started(b)) << "its deadline is 4 s away: it does not leave the queue";
+  EXPECT_EQ(state().queued, 0u);
+  b.succeed(0, 2);
+  EXPECT_EQ(b.outcome().value(), 2);
+}
+
 TEST_F(RateDecisions, AnAbandonedQueuedCallGivesBackItsReservationAndItsTurn) {
   make(1, 1s, 3);
   (void)call();
@@ -466,6 +486,20 @@ TEST_F(RateDecisions, AnInstanceIsOneScheduleAcrossShields) {
   via_other.start();
   ASSERT_TRUE(via_other.delivered());
   EXPECT_EQ(via_other.outcome().error(), errc::rate_limited);
+}
+
+TEST_F(RateDecisions, AWindowThatIsNotAMultipleOfThePermitsRoundsTheIntervalUp) {
+  make(3, 1s);  // T = 333,333,333.3 ns, rounded up: never faster than 3 per second
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(started(call())) << i;
+  StrategyDriver<int>& fourth = call();
+  ASSERT_TRUE(rejected(fourth));
+  EXPECT_EQ(retry_after(fourth), 333'333'334ns);
+  advance(333'333'333ns);
+  StrategyDriver<int>& early = call();
+  ASSERT_TRUE(rejected(early));
+  EXPECT_EQ(retry_after(early), 1ns);
+  advance(1ns);
+  EXPECT_TRUE(started(call()));
 }
 
 TEST(RateLimit, DescribeAndDefaults) {

@@ -232,6 +232,23 @@ TEST(RateLimitLedger, RefusesValuesItCannotCount) {
   EXPECT_NO_THROW(RateLimitLedger(1ms, RateLimitLedger::max_count, RateLimitLedger::max_count));
 }
 
+TEST(RateLimitLedger, RefusesAQueueLimitItCannotCount) {
+  EXPECT_THROW(RateLimitLedger(1s, 1, RateLimitLedger::max_count + 1), std::invalid_argument);
+}
+
+TEST(RateLimitLedger, AFullQueueWhoseDebtIsPaidRejectsWithAZeroRetryAfter) {
+  RateLimitLedger l(1s, 1, 1);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
+  EXPECT_EQ(l.acquire(at(0s)).kind, Kind::queued);  // due at 1 s
+  // At 5 s the queued call has not started yet (its executor is busy): the queue is still full,
+  // but the schedule is paid for, so the newcomer may come back at once, never "in the past".
+  const auto r = l.acquire(at(5s));
+  EXPECT_EQ(r.kind, Kind::rejected);
+  EXPECT_EQ(r.retry_after, 0s);
+  l.consume_head();
+  EXPECT_EQ(l.acquire(at(5s)).kind, Kind::admitted);
+}
+
 /// One step of the ledger's model test.
 struct LedgerCommand {
   enum class Kind : unsigned char { arrive, advance, leave } kind = Kind::arrive;
