@@ -6,9 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <optional>
@@ -69,6 +72,40 @@ TEST(TimeoutAsyncHook, ASynchronousTimeoutRunsItAndItsFailureIsTheOutcome) {
   ASSERT_TRUE(second.has_exception());
   EXPECT_THROW(std::rethrow_exception(second.exception()), std::domain_error);
   EXPECT_EQ(ran, 2);
+}
+
+TEST(TimeoutAsyncHook, TheCallersCancellationWhileItRunsEndsTheCallAsAborted) {
+  auto clock = ManualClock::create();
+  asio::io_context io;
+  asio::steady_timer hour(io, std::chrono::hours(1));
+  asio::cancellation_signal cancel;
+  bool returned = false;
+  TimeoutOptions o;
+  o.timeout = 1s;
+  o.on_timeout_async = [&](TimeoutEvent) -> asio::awaitable<void> {
+    co_await hour.async_wait(asio::use_awaitable);  // aborted by the caller's cancellation
+    returned = true;
+  };
+  std::optional<error_code> got;
+  Shield{}.timeout(o).with_clock(clock).execute_async(
+      test::CompletesOnCancel{},
+      asio::bind_cancellation_slot(cancel.slot(),
+                                   asio::bind_executor(io, [&](error_code ec) { got = ec; })));
+  io.poll();
+  clock->advance(1s);
+  for (int i = 0; i < 10; ++i) {
+    io.restart();
+    io.poll();
+  }
+  ASSERT_FALSE(got.has_value()) << "the call awaits the hook";
+  cancel.emit(asio::cancellation_type::terminal);
+  for (int i = 0; i < 10 && !got; ++i) {
+    io.restart();
+    io.poll();
+  }
+  ASSERT_TRUE(got.has_value()) << "the hook's wait was not cancelled";
+  EXPECT_EQ(*got, asio::error::operation_aborted) << "not the hook's exception, nor a timeout";
+  EXPECT_FALSE(returned);
 }
 
 }  // namespace
