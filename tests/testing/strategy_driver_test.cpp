@@ -1,5 +1,7 @@
 // The strategy driver itself: its boundary actions, clock waits, misuse errors, abandonment and the
 // failure-injection helper, over shields whose behaviour other tests pin down end to end.
+#include "support/field_equality.hpp"
+
 #include <kevlar/kevlar.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 
@@ -8,6 +10,8 @@
 #include <boost/asio/error.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -275,6 +279,211 @@ TEST(StrategyDriver, SettleReportsAnExecutionThatCannotComplete) {
   d.start();
   d.drop(0);
   EXPECT_THROW(d.settle(), std::logic_error);
+}
+
+TEST(StrategyDriver, WithoutAnEventRecorderTypedEventQueriesAreEmpty) {
+  kevlar::testing::StrategyDriverOptions options;
+  options.record_events = false;
+  StrategyDriver<int> d{Shield().retry(1), options};
+  d.start();
+  d.fail(0, io_error);
+  d.advance(1s);
+  d.succeed(1, 2);
+  EXPECT_EQ(d.outcome().value(), 2) << "the execution runs the same without a recorder";
+  EXPECT_FALSE(d.recorder());
+  EXPECT_TRUE(d.events_of<kevlar::RetryScheduled>().empty());
+  EXPECT_TRUE(d.events_of<kevlar::ExecutionFinished>().empty());
+}
+
+TEST(StrategyDriver, MisuseErrorsNameTheOperationAndWhatWasWrong) {
+  StrategyDriver<int> d{Shield()};
+  d.start();
+  try {
+    d.drop(3);
+    ADD_FAILURE() << "no error";
+  } catch (const std::out_of_range& e) {
+    EXPECT_STREQ(e.what(), "kevlar::testing::StrategyDriver: no operation 3 (1 started)");
+  }
+  d.drop(0);
+  try {
+    d.fail(0, io_error);
+    ADD_FAILURE() << "no error";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "kevlar::testing::StrategyDriver: operation 0 already completed");
+  }
+  try {
+    (void)StrategyDriver<int>{Shield()}.outcome();
+    ADD_FAILURE() << "no error";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "kevlar::testing::StrategyDriver::outcome: not delivered yet");
+  }
+}
+
+TEST(StrategyDriver, AFailureInjectionNeedsAnErrorAndNoneClearsAnInjection) {
+  StrategyDriver<int> d{Shield()};
+  try {
+    d.inject(0, Injection::failure, {});
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "kevlar::testing::StrategyDriver::inject: empty error code");
+  }
+  d.inject(1, Injection::cancellation);
+  d.inject(1, Injection::none);  // the cancellation planned at step 1 is withdrawn
+  d.start();
+  d.succeed(0, 6);
+  EXPECT_FALSE(d.injected());
+  EXPECT_EQ(d.steps(), 2u);
+  EXPECT_EQ(d.outcome().value(), 6);
+  EXPECT_TRUE(d.attempt(0).cancellations.empty());
+}
+
+TEST(StrategyDriver, AnInjectedFailureReplacesTheCallersCancellation) {
+  StrategyDriver<int> d{Shield()};
+  d.inject(1, Injection::failure);
+  d.start();
+  d.cancel();  // step 1: the injection runs instead
+  EXPECT_TRUE(d.injected());
+  EXPECT_TRUE(d.attempt(0).cancellations.empty()) << "the cancellation was not emitted";
+  EXPECT_EQ(d.outcome().error(), io_error);
+  d.cancel();  // after the injection every event call is skipped
+  EXPECT_EQ(d.steps(), 3u);
+  EXPECT_EQ(d.actions(), (Actions{DriverAction::started(0), DriverAction::delivered()}));
+}
+
+TEST(StrategyDriver, AnInjectedCancellationReplacesADrop) {
+  StrategyDriver<int> d{Shield()};
+  d.inject(1, Injection::cancellation);
+  d.start();
+  d.drop(0);  // step 1: the caller cancels instead, and the operation aborts
+  EXPECT_TRUE(d.injected());
+  EXPECT_EQ(d.actions(), (Actions{DriverAction::started(0), DriverAction::cancelled(0),
+                                  DriverAction::delivered()}));
+  EXPECT_EQ(d.outcome().error(), boost::asio::error::operation_aborted);
+  EXPECT_NO_THROW(d.settle());
+}
+
+TEST(StrategyDriver, SettleWithoutAnInjectionAbortsThePendingOperations) {
+  // Aborting the first attempt ends the hedge (a cancellation is not handled): it cancels the
+  // second attempt, which aborts on its own and is not failed a second time.
+  StrategyDriver<int> d{Shield().hedge(2, 0s)};
+  d.start();
+  ASSERT_EQ(d.running().size(), 2u);
+  (void)d.take_actions();
+  d.settle();
+  EXPECT_EQ(d.take_actions(), (Actions{DriverAction::cancelled(1), DriverAction::delivered()}));
+  EXPECT_EQ(d.outcome().error(), boost::asio::error::operation_aborted);
+  EXPECT_TRUE(d.running().empty());
+  EXPECT_EQ(d.deliveries(), 1u);
+}
+
+TEST(StrategyDriver, SettleCompletesAnOperationLeftPendingAfterTheDelivery) {
+  kevlar::testing::StrategyDriverOptions options;
+  options.abort_on_cancel = false;
+  StrategyDriver<int> d{Shield().hedge(2, 0s), options};
+  d.start();
+  d.succeed(1, 8);  // the hedge's winner; the loser ignores its cancellation
+  EXPECT_EQ(d.outcome().value(), 8);
+  EXPECT_EQ(d.running(), std::vector<std::uint32_t>{0});
+  d.settle();
+  EXPECT_TRUE(d.running().empty());
+  EXPECT_EQ(d.deliveries(), 1u);
+  EXPECT_EQ(d.outcome().value(), 8) << "the late abort changes nothing";
+}
+
+TEST(StrategyDriver, SettleReportsWhatIsLeftWhenTheExecutionCannotComplete) {
+  StrategyDriver<int> dropped{Shield()};
+  dropped.start();
+  dropped.drop(0);
+  try {
+    dropped.settle();
+    ADD_FAILURE() << "no error";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "kevlar::testing::StrategyDriver::settle: the execution did not complete (0 "
+                 "operations pending, 0 clock waits)");
+  }
+
+  // A retry without limit retries every injected failure: settle gives up after a bounded number
+  // of rounds instead of looping forever.
+  kevlar::RetryOptions o;
+  o.max_retries = kevlar::retry_forever;
+  o.backoff = kevlar::Backoff::constant(1s);
+  StrategyDriver<int> forever{Shield().retry(o)};
+  forever.inject(0, Injection::failure);
+  forever.start();
+  try {
+    forever.settle();
+    ADD_FAILURE() << "no error";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "kevlar::testing::StrategyDriver::settle: the execution did not complete (0 "
+                 "operations pending, 1 clock waits)");
+  }
+  EXPECT_FALSE(forever.delivered());
+  // Its bound is 1000 rounds, each failing the pending attempt or moving the clock to the backoff.
+  EXPECT_EQ(forever.attempts(), 501u);
+  EXPECT_EQ(forever.clock().now().time_since_epoch(), 1h + 500s);
+}
+
+TEST(InjectAtEveryStep, ReportsAnOperationLeftPendingAfterTheDelivery) {
+  kevlar::testing::StrategyDriverOptions options;
+  options.abort_on_cancel = false;
+  try {
+    (void)kevlar::testing::inject_at_every_step<int>(
+        [] { return Shield().hedge(2, 0s); },
+        [](StrategyDriver<int>& d) {
+          d.start();
+          d.succeed(1, 8);  // the loser ignores its cancellation and stays pending
+        },
+        [](StrategyDriver<int>&, const InjectionPoint&) {}, io_error, options);
+    ADD_FAILURE() << "no error";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "kevlar::testing::inject_at_every_step: at step 0 (reference run): 1 deliveries, "
+                 "1 operations pending");
+  }
+}
+
+TEST(StrategyDriver, EveryFieldOfAnActionTakesPartInEquality) {
+  kevlar::test::expect_every_field_compared<DriverAction>(
+      DriverAction::cancelled(1),
+      {[](DriverAction& a) { a.kind = DriverAction::Kind::deliver; },
+       [](DriverAction& a) { a.attempt = 2; },
+       [](DriverAction& a) { a.type = boost::asio::cancellation_type::partial; }});
+}
+
+TEST(DriverLoop, RefusesToRunAJobThatPostsItselfForever) {
+  kevlar::testing::detail::DriverLoop loop;
+  int runs = 0;
+  std::function<void()> again = [&] {
+    ++runs;
+    loop.post(again);
+  };
+  loop.post(again);
+  try {
+    (void)loop.run(10);
+    ADD_FAILURE() << "no error";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "kevlar::testing::StrategyDriver: 10 jobs in one run; something posts itself "
+                 "forever");
+  }
+  EXPECT_EQ(runs, 10);
+  EXPECT_EQ(loop.pending(), 1u);
+}
+
+TEST(DriverLoop, OnceShutDownAJobIsQueuedButNeverRun) {
+  kevlar::testing::detail::DriverLoop loop;
+  bool ran = false;
+  loop.post([&] { ran = true; });
+  EXPECT_EQ(loop.run(), 1u);
+  EXPECT_TRUE(ran);
+  ran = false;
+  loop.shut_down();
+  loop.post([&] { ran = true; });
+  EXPECT_EQ(loop.pending(), 1u);
+  EXPECT_EQ(loop.run(), 0u);
+  EXPECT_FALSE(ran);
 }
 
 }  // namespace
