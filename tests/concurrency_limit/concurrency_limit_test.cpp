@@ -5,6 +5,7 @@
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/detail/trampoline.hpp>
 #include <kevlar/kevlar.hpp>
+#include <kevlar/testing/event_recorder.hpp>
 #include <kevlar/testing/model_runner.hpp>
 #include <kevlar/testing/race_runner.hpp>
 
@@ -21,6 +22,7 @@
 #include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <latch>
@@ -354,6 +356,26 @@ TEST_F(LimiterTest, SynchronousExecuteBlocksInTheSameQueue) {
   ioc.poll();
   caller.join();
   EXPECT_TRUE(ran.load());
+  EXPECT_EQ(limiter->state().available, 1U);
+}
+
+TEST_F(LimiterTest, ASynchronousCallGrantedFromTheQueueReportsTheLimiterState) {
+  auto limiter = make_limiter(1, 1);
+  auto recorder = std::make_shared<testing::EventRecorder>(event_kinds<LimiterStateChanged>());
+  const Shield s = Shield{}.use(limiter).observed_by(recorder);
+  start(s, 1);  // an asynchronous call holds the permit: one report
+  ioc.poll();
+  ASSERT_EQ(recorder->count_of<LimiterStateChanged>(), 1u);
+  std::atomic<bool> ran{false};
+  std::jthread caller([&] { ran = s.execute([] { return true; }); });
+  while (limiter->state().queued != 1) std::this_thread::yield();  // the caller is parked
+  EXPECT_EQ(recorder->count_of<LimiterStateChanged>(), 1u) << "queueing is no change to report";
+  ops.complete(1);  // the release hands the permit to the blocked thread
+  ioc.poll();
+  caller.join();
+  EXPECT_TRUE(ran.load());
+  // The first call's release, the second's grant and the second's release.
+  EXPECT_EQ(recorder->count_of<LimiterStateChanged>(), 4u);
   EXPECT_EQ(limiter->state().available, 1U);
 }
 
