@@ -1,0 +1,139 @@
+// Layer::exchange_deadline: a strategy that sets the deadline code sees (Context::deadline(),
+// Context::cancelled()) without owning an expiry of its own. The engine honours it as it honours
+// a timeout's: a synchronous wait ends at it, and an asynchronous execution starts no attempt
+// once it has passed. Time is a ManualClock; nothing sleeps.
+#include "core/test_strategies.hpp"
+
+#include <pending_ops.hpp>
+
+#include <kevlar/kevlar.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kevlar {
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using namespace std::chrono_literals;
+
+/// Sets the context's deadline `budget` after its start with exchange_deadline, and restores the
+/// one before it when it finishes. It cancels nothing itself.
+class Budget final : public BasicStrategy<Budget, Clock::time_point> {
+ public:
+  explicit Budget(Clock::duration budget) : budget_(budget) {}
+  std::string describe() const override { return "Budget"; }
+  Step start(Layer& layer, Clock::time_point& previous) {
+    previous = layer.exchange_deadline(layer.clock().now() + budget_);
+    return Step::run_inner;
+  }
+  void finish(Layer& layer, Clock::time_point& previous) noexcept {
+    restored_from = layer.exchange_deadline(previous);
+  }
+  Clock::time_point restored_from{};
+
+ private:
+  Clock::duration budget_;
+};
+
+RetryOptions every(Clock::duration delay, int retries) {
+  RetryOptions r;
+  r.max_retries = retries;
+  r.backoff = Backoff::constant(delay);
+  return r;
+}
+
+const error_code refused = make_error_code(boost::system::errc::connection_refused);
+
+struct ExchangeDeadline : ::testing::Test {
+  std::shared_ptr<ManualClock> clock = ManualClock::create();  // outlives the io_context
+  asio::io_context ioc;
+  test::PendingOps ops;
+  std::optional<error_code> result;
+
+  void start(const Shield& shield) {
+    shield.execute_async(ops.attempt(),
+                         asio::bind_executor(ioc, [this](error_code ec, int) { result = ec; }));
+    poll();
+  }
+  void poll() {
+    ioc.restart();
+    ioc.poll();
+  }
+};
+
+TEST_F(ExchangeDeadline, TheOperationSeesTheDeadlineAndTheStrategyRestoresThePreviousOne) {
+  auto budget = std::make_shared<Budget>(5s);
+  const Clock::time_point start = clock->now();
+  std::optional<Clock::time_point> seen;
+  const int v = Shield{}.use(budget).with_clock(clock).execute([&](Context& ctx) {
+    seen = ctx.deadline();
+    return 3;
+  });
+  EXPECT_EQ(v, 3);
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(*seen, start + 5s);
+  EXPECT_EQ(budget->restored_from, start + 5s) << "its own deadline was in force until it ended";
+}
+
+TEST_F(ExchangeDeadline, AnAsynchronousExecutionStartsNoAttemptOnceTheDeadlinePassed) {
+  // The first attempt fails at once; the retry waits 2 s, past the 1 s budget: its next attempt
+  // is never started and the execution fails as a cancellation.
+  start(Shield{}.use(std::make_shared<Budget>(1s)).retry(every(2s, 3)).with_clock(clock));
+  ASSERT_EQ(ops.size(), 1u);
+  ops.complete(0, refused);
+  poll();
+  EXPECT_FALSE(result.has_value()) << "the retry waits";
+  clock->advance(2s);
+  poll();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(*result, asio::error::operation_aborted);
+  EXPECT_EQ(ops.size(), 1u) << "no attempt started past the deadline";
+}
+
+TEST_F(ExchangeDeadline, BeforeTheDeadlineTheNextAttemptStarts) {
+  start(Shield{}.use(std::make_shared<Budget>(10s)).retry(every(2s, 3)).with_clock(clock));
+  ops.complete(0, refused);
+  poll();
+  clock->advance(2s);
+  poll();
+  ASSERT_EQ(ops.size(), 2u);
+  ops.complete(1, {}, 1);
+  poll();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_FALSE(*result);
+}
+
+TEST_F(ExchangeDeadline, ASynchronousWaitEndsAtTheDeadlineAsACancellation) {
+  const Shield shield =
+      Shield{}.use(std::make_shared<Budget>(1s)).retry(every(1h, 3)).with_clock(clock);
+  std::atomic<int> attempts = 0;
+  std::optional<Outcome<int>> outcome;
+  std::jthread caller([&] {
+    outcome = shield.execute_outcome([&]() -> int {
+      ++attempts;
+      throw std::runtime_error("refused");
+    });
+  });
+  clock->wait_for_sleepers(1);  // the retry's hour-long wait, cut to the deadline
+  clock->advance(1s);
+  caller.join();
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_EQ(attempts.load(), 1);
+  ASSERT_TRUE(outcome->has_error()) << "the cut wait ends the retry as a cancellation";
+  EXPECT_EQ(outcome->error(), asio::error::operation_aborted);
+}
+
+}  // namespace
+}  // namespace kevlar
