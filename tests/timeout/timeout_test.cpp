@@ -675,6 +675,17 @@ TEST_F(Timeout, AStaleExpiryNeverReachesAnExecutionThatReusedItsStorage) {
 // The deadline queue's timer does not run on the strand of the call that created the queue: while
 // that strand is busy (a handler of it blocks another thread), another call on the same context
 // still times out on schedule.
+/// Sets its promise once, when called or at the latest when destroyed: a failed assertion that
+/// returns early still lets a thread blocked on the promise finish.
+struct Release {
+  std::promise<void>* p;
+  bool done = false;
+  void operator()() {
+    if (!std::exchange(done, true)) p->set_value();
+  }
+  ~Release() { (*this)(); }
+};
+
 /// A call on a strand made by `make_strand(fresh)` creates the context's deadline queue while that
 /// strand is busy on another thread; a second call's deadline, on the plain executor, must fire
 /// anyway: the queue's timer runs without the strand.
@@ -691,14 +702,7 @@ void expect_busy_strand_not_to_delay_another_deadline(const std::shared_ptr<Manu
     release.get_future().wait();
   });
   std::jthread busy([&] { fresh.run_one(); });  // runs the blocking handler, the only one ready
-  struct Release {
-    std::promise<void>* p;
-    bool done = false;
-    void operator()() {
-      if (!std::exchange(done, true)) p->set_value();
-    }
-    ~Release() { (*this)(); }  // a failed assertion returns early: let the thread finish
-  } release_busy{&release};
+  Release release_busy{&release};
   entered.get_future().wait();
 
   asio::steady_timer strand_hang(fresh);
@@ -745,14 +749,7 @@ TEST(TimeoutOnAThreadPool, OneCallersBusyStrandDoesNotDelayAnothersDeadline) {
     entered.set_value();
     released.wait();
   });
-  struct Release {
-    std::promise<void>* p;
-    bool done = false;
-    void operator()() {
-      if (!std::exchange(done, true)) p->set_value();
-    }
-    ~Release() { (*this)(); }  // a failed assertion returns early: let the pool finish
-  } release_busy{&release};
+  Release release_busy{&release};
   entered.get_future().wait();
 
   asio::steady_timer strand_hang(pool);
