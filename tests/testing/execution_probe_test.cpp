@@ -1,5 +1,6 @@
 // ExecutionProbe: attempts and cancellations seen by a wrapped synchronous function, asynchronous
 // attempt and awaitable factory, through real executions on a ManualClock.
+#include "support/field_equality.hpp"
 #include "support/pending_ops.hpp"
 
 #include <kevlar/kevlar.hpp>
@@ -8,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -165,6 +168,90 @@ TEST(ExecutionProbe, WaitForAttemptsIsSignalledFromAnotherThread) {
   EXPECT_TRUE(probe.wait_for_attempts(1));
   worker.join();
   EXPECT_EQ(probe.attempts(), 1u);
+}
+
+TEST(ExecutionProbe, EveryFieldOfASnapshotTakesPartInEquality) {
+  kevlar::test::expect_every_field_compared<ExecutionProbeSnapshot>(
+      ExecutionProbeSnapshot{2, 1, 0}, {[](ExecutionProbeSnapshot& s) { s.attempts = 3; },
+                                        [](ExecutionProbeSnapshot& s) { s.cancellations = 0; },
+                                        [](ExecutionProbeSnapshot& s) { s.active = 1; }});
+}
+
+TEST(ExecutionProbe, AnAsynchronousAttemptCountsOneCancellationHoweverManyReachIt) {
+  boost::asio::io_context io;
+  const auto work = boost::asio::make_work_guard(io);  // the pending operation holds none
+  kevlar::test::PendingOps ops;
+  ExecutionProbe probe;
+  boost::asio::cancellation_signal caller;
+  std::optional<boost::system::error_code> result;
+  Shield{}.execute_async(probe.wrap_async(ops.attempt()),
+                         boost::asio::bind_cancellation_slot(
+                             caller.slot(), boost::asio::bind_executor(
+                                                io.get_executor(), [&](boost::system::error_code ec,
+                                                                       int) { result = ec; })));
+  io.poll();
+  ASSERT_EQ(ops.size(), 1u);
+  caller.emit(boost::asio::cancellation_type::partial);
+  caller.emit(boost::asio::cancellation_type::terminal);  // before the abort completes
+  EXPECT_EQ(ops.at(0).cancellations.size(), 2u) << "both reached the operation";
+  EXPECT_EQ(probe.snapshot(), (ExecutionProbeSnapshot{1, 1, 1}));
+  io.poll();
+  EXPECT_EQ(result, boost::system::error_code(boost::asio::error::operation_aborted));
+  EXPECT_EQ(probe.snapshot(), (ExecutionProbeSnapshot{1, 1, 0}));
+}
+
+TEST(ExecutionProbe, AnAsynchronousAttemptDestroyedUninvokedEndsUncancelled) {
+  boost::asio::io_context io;
+  kevlar::test::PendingOps ops;
+  ExecutionProbe probe;
+  bool completed = false;
+  Shield{}.execute_async(
+      probe.wrap_async(ops.attempt()),
+      boost::asio::bind_executor(io.get_executor(),
+                                 [&](boost::system::error_code, int) { completed = true; }));
+  io.poll();
+  EXPECT_EQ(probe.snapshot(), (ExecutionProbeSnapshot{1, 0, 1}));
+  ops.drop(0);  // its executor went away with it pending
+  io.poll();
+  EXPECT_EQ(probe.snapshot(), (ExecutionProbeSnapshot{1, 0, 0}));
+  EXPECT_FALSE(completed) << "the execution is abandoned";
+}
+
+TEST(ExecutionProbe, AProbedAttemptCalledWithoutACancellationSlotStillCounts) {
+  boost::asio::io_context io;
+  kevlar::test::PendingOps ops;
+  ExecutionProbe probe;
+  auto attempt = probe.wrap_async(ops.attempt());
+  std::optional<int> value;
+  attempt(boost::asio::bind_executor(io.get_executor(), [&](boost::system::error_code ec, int v) {
+    if (!ec) value = v;
+  }));
+  EXPECT_EQ(probe.snapshot(), (ExecutionProbeSnapshot{1, 0, 1}));
+  ops.succeed(0, 4);
+  io.poll();
+  EXPECT_EQ(value, 4);
+  EXPECT_EQ(probe.snapshot(), (ExecutionProbeSnapshot{1, 0, 0}));
+}
+
+TEST(ExecutionProbe, AnAwaitableFactoryThatThrowsEndsItsAttempt) {
+  boost::asio::io_context io;
+  ExecutionProbe probe;
+  std::exception_ptr failure;
+  bool done = false;
+  // Not a coroutine: the factory throws before it returns an awaitable.
+  Shield{}
+      .retry(immediate_retry(1))
+      .execute_async(probe.wrap_awaitable([]() -> boost::asio::awaitable<int> {
+        throw std::runtime_error("no connection");
+      }),
+                     boost::asio::bind_executor(io.get_executor(), [&](std::exception_ptr e, int) {
+                       failure = e;
+                       done = true;
+                     }));
+  io.poll();
+  ASSERT_TRUE(done);
+  EXPECT_THROW(std::rethrow_exception(failure), std::runtime_error);
+  EXPECT_EQ(probe.snapshot(), (ExecutionProbeSnapshot{2, 0, 0}));
 }
 
 }  // namespace
