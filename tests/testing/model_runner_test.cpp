@@ -171,4 +171,89 @@ TEST(ModelRunner, MinimiseLeavesAOneMinimalList) {
   }
 }
 
+TEST(ModelRunner, ASweepCountWithASignOrASpaceIsRefused) {
+  const SweepVariable restore;
+  for (const char* not_a_count : {"-1", " 3", "+2"}) {
+    ::setenv(model_sweep_variable, not_a_count, 1);
+    try {
+      (void)model_seeds();
+      ADD_FAILURE() << not_a_count;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("kevlar::testing::model_seeds: "
+                                                   "KEVLAR_MODEL_SWEEP_SEEDS='") +
+                                           not_a_count + "' is not a count of seeds (0 .. 100000)");
+    }
+  }
+}
+
+TEST(ModelRandom, EmptyRangesGiveTheirLowerBoundWithoutDrawing) {
+  ModelRandom r(17);
+  ModelRandom reference(17);
+  EXPECT_EQ(r.below(0), 0u);
+  EXPECT_EQ(r.between(5, 5), 5);
+  EXPECT_EQ(r.between(5, -2), 5) << "hi < lo";
+  EXPECT_EQ(r.next(), reference.next()) << "no random bits were used";
+  EXPECT_EQ(r.below(1), 0u);
+  EXPECT_FALSE(r.chance(0));
+  EXPECT_TRUE(r.chance(100));
+}
+
+/// A model that fails as soon as a 9 runs.
+void nine_fails(const std::vector<int>& commands) {
+  for (const int c : commands) model_check(c != 9, "a 9 ran");
+}
+
+TEST(ModelRunner, ASingleFailingCommandIsAlreadyMinimal) {
+  const ModelRunner<int> runner(
+      "nine", [](ModelRandom&) { return 9; }, nine_fails);
+  const auto [minimal, replays] = runner.minimise({9});
+  EXPECT_EQ(minimal, std::vector<int>{9});
+  EXPECT_EQ(replays, 1u) << "one replay without it, which passes";
+}
+
+TEST(ModelRunner, AFailureWithoutAnyCommandIsMinimisedToTheEmptyList) {
+  const ModelRunner<int> runner(
+      "always", [](ModelRandom& r) { return static_cast<int>(r.below(10)); },
+      [](const std::vector<int>&) { throw std::runtime_error("the system does not start"); }, 8);
+  EXPECT_TRUE(runner.minimise({1, 2, 3}).first.empty());
+  try {
+    (void)runner.run_seed(1);
+    ADD_FAILURE() << "no failure";
+  } catch (const ModelFailure& e) {
+    EXPECT_TRUE(e.minimal_commands().empty());
+    const std::string m = e.what();
+    EXPECT_NE(m.find("minimised to 0 of 8 commands"), std::string::npos) << m;
+    EXPECT_NE(m.find("failure of the minimised list: the system does not start"), std::string::npos)
+        << m;
+  }
+}
+
+TEST(ModelRunner, TheReplayBoundStopsMinimisationWithTheListFoundSoFar) {
+  ModelRunner<int> runner(
+      "nine", [](ModelRandom&) { return 9; }, nine_fails);
+  runner.with_max_replays(2);
+  const auto [minimal, replays] = runner.minimise({1, 2, 3, 4, 9, 5, 6, 7});
+  EXPECT_EQ(replays, 2u);
+  // The first half goes, then the bound stops the search before the second half is split.
+  EXPECT_EQ(minimal, (std::vector<int>{9, 5, 6, 7}));
+}
+
+TEST(ModelRunner, AThrownValueThatIsNotAStdExceptionIsAFailure) {
+  const ModelRunner<int> runner(
+      "thrower", [](ModelRandom&) { return 1; },
+      [](const std::vector<int>& commands) {
+        if (!commands.empty()) throw 42;  // NOLINT(hicpp-exception-baseclass)
+      },
+      3);
+  EXPECT_EQ(runner.failure_of({1}),
+            std::optional<std::string>("an exception that is not a std::exception"));
+  EXPECT_EQ(runner.failure_of({}), std::nullopt);
+  try {
+    (void)runner.run_seed(0);
+    ADD_FAILURE() << "no failure";
+  } catch (const ModelFailure& e) {
+    EXPECT_EQ(e.minimal_commands(), std::vector<std::string>{"1"});
+  }
+}
+
 }  // namespace
