@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/awaitable.hpp>
+
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -401,6 +404,50 @@ TEST(Descriptors, EveryOptionalPartIsPrinted) {
             "#5 Hedging{1 attempts, delay 0s}]");
   // Without the value types, a fallback's hooks are unknown and not printed.
   EXPECT_EQ(to_string(describe_shield(Shield{}.fallback(7)).strategies.at(0)), "#0 Fallback{int}");
+}
+
+TEST(Descriptors, AnAsynchronousRejectionHookAloneCountsAsAHook) {
+  kevlar::RateLimitOptions rl;
+  rl.permits = 5;
+  rl.window = 1s;
+  rl.on_rejected_async = [](kevlar::RateLimitRejectedEvent) -> boost::asio::awaitable<void> {
+    co_return;
+  };
+  kevlar::ConcurrencyLimitOptions cl;
+  cl.max_concurrency = 2;
+  cl.on_rejected_async = [](kevlar::ConcurrencyLimitRejectedEvent) -> boost::asio::awaitable<void> {
+    co_return;
+  };
+  const ShieldDescriptor d = describe_shield(Shield{}.rate_limit(rl).concurrency_limit(cl));
+  EXPECT_TRUE(std::get<RateLimitDescriptor>(d.strategies.at(0)).has_on_rejected);
+  EXPECT_TRUE(std::get<ConcurrencyLimitDescriptor>(d.strategies.at(1)).has_on_rejected);
+  EXPECT_EQ(to_string(describe_shield(Shield{}.concurrency_limit(3, 1))),
+            "(unnamed): [#0 ConcurrencyLimit{3, queue 1}]")
+      << "no hook, none printed";
+}
+
+/// A user-defined strategy in the fallback role that is not a kevlar::FallbackStrategy.
+class StaleCache final : public kevlar::Strategy {
+ public:
+  [[nodiscard]] std::string describe() const override { return "StaleCache"; }
+  [[nodiscard]] kevlar::StrategyTraits traits() const noexcept override {
+    kevlar::StrategyTraits t;
+    t.role = kevlar::StrategyRole::fallback;
+    return t;
+  }
+  kevlar::Step on_start(kevlar::Layer&) override { return kevlar::Step::run_inner; }
+};
+
+TEST(Descriptors, AFallbackOfATemplateTypeAndAUserFallbackAreNamedRight) {
+  const ShieldDescriptor d =
+      describe_shield(Shield{}.fallback(std::vector<int>{1}).use(std::make_shared<StaleCache>()));
+  ASSERT_EQ(d.kinds(), (std::vector<StrategyKind>{StrategyKind::fallback, StrategyKind::custom}));
+  const std::string type = std::get<FallbackDescriptor>(d.strategies[0]).result_type;
+  EXPECT_NE(type.find("vector<int"), std::string::npos) << type;
+  ASSERT_FALSE(type.empty());
+  EXPECT_EQ(type.back(), '>') << "no space left from the demangled `> >`: '" << type << "'";
+  EXPECT_EQ(std::get<CustomDescriptor>(d.strategies[1]), (CustomDescriptor{1, "StaleCache"}))
+      << "a fallback-role strategy of the user's is described by its describe()";
 }
 
 }  // namespace

@@ -122,4 +122,14 @@ TEST(EventRecorder, ConcurrentExecutionsLoseNoEvent) {
   for (std::size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i].sequence, i);
 }
 
+TEST(EventRecorder, AnEventWithoutAStrategyPrintsWithoutAnIndex) {
+  auto events = std::make_shared<EventRecorder>();
+  EXPECT_EQ(Shield{}.retry(1).observed_by(events).execute([] { return 1; }), 1);
+  const std::vector<RecordedEvent> recorded = events->events();
+  ASSERT_EQ(recorded.size(), 2u);
+  std::ostringstream s;
+  s << recorded[0] << " | " << recorded[1];
+  EXPECT_EQ(s.str(), "#0 AttemptStarted | #1 ExecutionFinished");
+}
+
 }  // namespace

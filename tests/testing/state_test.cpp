@@ -139,4 +139,23 @@ TEST(ShieldState, AClosedConcurrencyLimitPrintsClosed) {
             "[#0 ConcurrencyLimit{running=0, queued=0, available=2, closed}]");
 }
 
+TEST(ShieldState, AFullConcurrencyLimitHasNoneAvailable) {
+  const auto clock = kevlar::ManualClock::create();
+  const Shield shield = Shield{}.concurrency_limit(1, 1).with_clock(clock);
+  StrategyDriver<int> holder(shield, clock);
+  holder.start();
+  StrategyDriver<int> queued(shield, clock);
+  queued.start();
+  EXPECT_EQ(shield_state(shield).single<ConcurrencyLimitStateSnapshot>(),
+            (ConcurrencyLimitStateSnapshot{0, 1, 1, 0, false}));
+  EXPECT_EQ(to_string(shield_state(shield)),
+            "[#0 ConcurrencyLimit{running=1, queued=1, available=0}]");
+  holder.succeed(0, 1);
+  queued.run();  // the permit is handed over
+  EXPECT_EQ(shield_state(shield).single<ConcurrencyLimitStateSnapshot>(),
+            (ConcurrencyLimitStateSnapshot{0, 1, 0, 0, false}));
+  queued.succeed(0, 2);
+  EXPECT_EQ(shield_state(shield).single<ConcurrencyLimitStateSnapshot>().available, 1u);
+}
+
 }  // namespace

@@ -13,10 +13,12 @@
 #include <boost/asio/post.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -174,6 +176,46 @@ TEST(TimeControl, AdvancingBeforeTheCallWaitsIsReported) {
   EXPECT_NE(never.find("\"a wait that never comes\": nothing waits on the clock after 3 drains"),
             std::string::npos)
       << never;
+}
+
+TEST(TimeControl, AdvanceUntilRefusesAnEmptyCondition) {
+  kevlar::ManualClock clock;
+  try {
+    (void)advance_until(clock, 1s, std::function<bool()>{}, "nothing");
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "kevlar::testing::advance_until: empty condition");
+  }
+  EXPECT_EQ(clock.now().time_since_epoch(), 1h) << "the clock did not move";
+}
+
+TEST(TimeControl, AdvanceUntilSaysWhenNothingWaitsOnTheClock) {
+  kevlar::ManualClock clock;
+  const std::string m = failure_of([&] {
+    (void)advance_until(
+        clock, 1s, [] { return false; }, "a call that was never started", 2);
+  });
+  EXPECT_NE(m.find("(virtual time 1h0m2s; 0 timer waits, 0 threads sleeping)"), std::string::npos)
+      << m;
+}
+
+TEST(TimeControl, AThreadSleepingOnTheClockCountsAsAWait) {
+  const auto clock = kevlar::ManualClock::create();
+  const Shield shield = Shield{}.retry(constant_retry(1, 1s)).with_clock(clock);
+  int calls = 0;
+  std::optional<int> result;
+  std::thread caller([&] {
+    result = shield.execute([&] {
+      if (++calls == 1) throw std::runtime_error("flaky");
+      return 3;
+    });
+  });
+  clock->wait_for_sleepers(1);  // the retry's backoff blocks the caller's thread
+  EXPECT_EQ(clock->pending_timers(), 0u);
+  EXPECT_EQ(advance_expecting_wait(*clock, 1s), 0u) << "no timer wait, one sleeper";
+  caller.join();
+  EXPECT_EQ(result, 3);
+  EXPECT_EQ(calls, 2);
 }
 
 }  // namespace
