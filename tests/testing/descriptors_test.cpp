@@ -450,4 +450,15 @@ TEST(Descriptors, AFallbackOfATemplateTypeAndAUserFallbackAreNamedRight) {
       << "a fallback-role strategy of the user's is described by its describe()";
 }
 
+TEST(Descriptors, NamingOtherValueTypesLeavesAFallbacksHooksUnknown) {
+  kevlar::FallbackOptions<int> f;
+  f.recovery = [](const kevlar::Outcome<int>&, kevlar::Context&) { return 0; };
+  const auto d = describe_shield<std::string, double>(Shield{}.fallback(f));
+  EXPECT_EQ(d.all_of<FallbackDescriptor>(),
+            (std::vector<FallbackDescriptor>{{0, "int", std::nullopt, std::nullopt}}));
+  EXPECT_EQ(
+      describe_shield<int>(Shield{}.fallback(f)).all_of<FallbackDescriptor>().at(0).has_recovery,
+      true);
+}
+
 }  // namespace
