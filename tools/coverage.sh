@@ -28,7 +28,9 @@ if [[ -z "$(find "$dir" -name '*.gcda' -print -quit)" ]]; then
   echo "coverage: no .gcda files under $dir: configure with -DKEVLAR_COVERAGE=ON and run the tests" >&2
   exit 1
 fi
-args=(--root . --object-directory "$dir"
+# "$dir" is also the only search path: counters of other build directories under the checkout
+# (a local Debug build, say) would otherwise be merged into this one's.
+args=("$dir" --root . --object-directory "$dir"
       --gcov-executable "python3 '$PWD/tools/gcov-throw-flags.py'"
       --filter 'src/' --filter 'include/' --filter 'strategies/'
       --exclude-throw-branches --exclude-unreachable-branches
