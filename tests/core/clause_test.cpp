@@ -57,6 +57,20 @@ TEST(Clause, ExceptionPredicates) {
   EXPECT_FALSE(verdict(s, []() -> int { throw std::runtime_error("fatal"); }));
 }
 
+TEST(Clause, AnExceptionPredicateIsNotAskedAboutOtherTypes) {
+  int asked = 0;
+  const Shield s =
+      Shield{}.when(Clause{}.exception<std::runtime_error>([&](const std::runtime_error&) {
+        ++asked;
+        return true;
+      }));
+  EXPECT_FALSE(verdict(s, []() -> int { throw 42; }));
+  EXPECT_FALSE(verdict(s, []() -> int { throw std::logic_error("not a runtime_error"); }));
+  EXPECT_EQ(asked, 0);
+  EXPECT_TRUE(verdict(s, []() -> int { throw Other(); }));
+  EXPECT_EQ(asked, 1);
+}
+
 TEST(Clause, ResultOnlyClauseNeverHandlesExceptions) {
   const Shield s = Shield{}.when(Clause{}.result_equal(-1));
   EXPECT_TRUE(verdict(s, [] { return -1; }));

@@ -135,5 +135,49 @@ TEST_F(ExchangeDeadline, ASynchronousWaitEndsAtTheDeadlineAsACancellation) {
   EXPECT_EQ(outcome->error(), asio::error::operation_aborted);
 }
 
+TEST_F(ExchangeDeadline, CodeSeesCancellationOnlyOnceTheDeadlineIsReached) {
+  const Outcome<int> o = Shield{}
+                             .use(std::make_shared<Budget>(5s))
+                             .with_clock(clock)
+                             .execute_outcome([&](Context& ctx) {
+                               EXPECT_FALSE(ctx.cancelled()) << "the deadline is ahead";
+                               EXPECT_NO_THROW(ctx.throw_if_cancelled());
+                               clock->advance(4s);
+                               EXPECT_FALSE(ctx.cancelled());
+                               clock->advance(1s);
+                               EXPECT_TRUE(ctx.cancelled()) << "due at the deadline itself";
+                               ctx.throw_if_cancelled();
+                               return 1;
+                             });
+  ASSERT_TRUE(o.has_exception());
+  try {
+    std::rethrow_exception(o.exception());
+  } catch (const Error& e) {
+    EXPECT_EQ(e.error(), asio::error::operation_aborted);
+  }
+}
+
+TEST_F(ExchangeDeadline, ASynchronousWaitDueAtTheDeadlineEndsAsACancellation) {
+  // The wait is not cut short (it ends when it was due), but the deadline is due at the same
+  // moment: no attempt may start then.
+  const Shield shield =
+      Shield{}.use(std::make_shared<Budget>(1s)).retry(every(1s, 3)).with_clock(clock);
+  std::atomic<int> attempts = 0;
+  std::optional<Outcome<int>> outcome;
+  std::jthread caller([&] {
+    outcome = shield.execute_outcome([&]() -> int {
+      ++attempts;
+      throw std::runtime_error("refused");
+    });
+  });
+  clock->wait_for_sleepers(1);
+  clock->advance(1s);
+  caller.join();
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_EQ(attempts.load(), 1);
+  ASSERT_TRUE(outcome->has_error());
+  EXPECT_EQ(outcome->error(), asio::error::operation_aborted);
+}
+
 }  // namespace
 }  // namespace kevlar

@@ -210,6 +210,23 @@ TEST(Context, PropertiesCopyDeeplyAndAnEmptyBagAnswersEverything) {
   EXPECT_EQ(moved.get_or(a, 0), 3);
 }
 
+TEST(Context, PropertiesMatchNameAndTypeTogetherAndSurviveSelfAssignment) {
+  Properties p;
+  const Key<int> a("a");
+  const Key<std::string> a_str("a");
+  p.set(a, 1);
+  EXPECT_FALSE(p.erase(a_str)) << "same name, other type";
+  EXPECT_FALSE(p.erase(Key<int>("b"))) << "same type, other name";
+  p.set(a_str, std::string("one"));
+  EXPECT_TRUE(p.erase(a_str));
+  EXPECT_EQ(p.size(), 1U);
+  EXPECT_EQ(p.get_or(a, 0), 1) << "erasing one type left the other under the same name";
+  const Properties& self = p;
+  p = self;
+  EXPECT_EQ(p.size(), 1U);
+  EXPECT_EQ(p.get_or(a, 0), 1);
+}
+
 TEST(Context, CancelledFollowsTheStopToken) {
   std::stop_source s;
   Context ctx(*Clock::steady(), true, s.get_token());

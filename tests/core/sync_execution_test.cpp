@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 #include <boost/asio/error.hpp>
 
+#include <functional>
 #include <stdexcept>
 #include <stop_token>
+#include <string>
 #include <thread>
+#include <typeinfo>
+#include <utility>
 
 namespace kevlar {
 namespace {
@@ -214,6 +218,52 @@ TEST(SyncExecution, SuspendIsRefusedInSynchronousExecutions) {
   };
   const Shield shield = Shield{}.use(std::make_shared<Suspender>());
   EXPECT_THROW(shield.execute([] {}), std::logic_error);
+}
+
+/// Hands the outcome its inner part produced to `probe`, then completes.
+class OutcomeProbe final : public Strategy {
+ public:
+  explicit OutcomeProbe(std::function<void(OutcomeRef)> probe) : probe_(std::move(probe)) {}
+  std::string describe() const override { return "OutcomeProbe"; }
+  Step on_start(Layer&) override { return Step::run_inner; }
+  Step on_inner_complete(Layer& layer) override {
+    probe_(layer.outcome());
+    return Step::complete;
+  }
+
+ private:
+  std::function<void(OutcomeRef)> probe_;
+};
+
+TEST(SyncExecution, AVoidCallsOutcomeHasNoValueToReadOrReplace) {
+  bool probed = false;
+  Shield{}
+      .use(std::make_shared<OutcomeProbe>([&](OutcomeRef o) {
+        probed = true;
+        EXPECT_EQ(o.value_type(), typeid(void));
+        EXPECT_EQ(o.raw_value(), nullptr);
+        EXPECT_EQ(o.value_if<int>(), nullptr);
+        EXPECT_FALSE(o.is_cancellation()) << "a success is no cancellation";
+        EXPECT_FALSE(o.set_value(1)) << "a void call takes no value";
+        EXPECT_EQ(o.kind(), OutcomeKind::value);
+      }))
+      .execute([] {});
+  EXPECT_TRUE(probed);
+}
+
+TEST(SyncExecution, AValuedCallsOutcomeTakesOnlyAValueOfItsOwnType) {
+  const int v = Shield{}
+                    .use(std::make_shared<OutcomeProbe>([](OutcomeRef o) {
+                      EXPECT_EQ(o.value_if<long>(), nullptr) << "another type is absent";
+                      ASSERT_NE(o.value_if<int>(), nullptr);
+                      EXPECT_EQ(*o.value_if<int>(), 1);
+                      EXPECT_FALSE(o.set_success()) << "a valued call needs a value";
+                      EXPECT_FALSE(o.set_value(2L)) << "a value of another type is refused";
+                      EXPECT_EQ(*o.value_if<int>(), 1) << "refusals change nothing";
+                      EXPECT_TRUE(o.set_value(7));
+                    }))
+                    .execute([] { return 1; });
+  EXPECT_EQ(v, 7);
 }
 
 }  // namespace
