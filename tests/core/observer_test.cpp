@@ -164,6 +164,23 @@ TEST_F(Observed, RetriesReportEachDecisionWithItsDelayAndFailure) {
   }
 }
 
+TEST_F(Observed, ARetryOfAHandledValueReportsNoFailure) {
+  const Shield shield = Shield{}
+                            .when(Clause{}.result<int>([](int v) { return v < 0; }))
+                            .retry(constant_retries(1, 0ms))
+                            .observed_by(recorder);
+  int calls = 0;
+  EXPECT_EQ(shield.execute([&] { return ++calls == 1 ? -1 : 5; }), 5);
+  const auto retries = recorder->all<RetryScheduled>();
+  ASSERT_EQ(retries.size(), 1u);
+  EXPECT_FALSE(retries[0].failure.error) << "the retried attempt succeeded with a value";
+  EXPECT_FALSE(retries[0].failure.exception);
+  const auto finished = recorder->all<ExecutionFinished>();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_TRUE(finished[0].success);
+  EXPECT_EQ(finished[0].attempts, 2u);
+}
+
 TEST_F(Observed, AFallbackRecoveryIsASuccessfulExecution) {
   const Shield shield = Shield{}.fallback(42).retry(constant_retries(2, 0ms)).observed_by(recorder);
   EXPECT_EQ(shield.execute([]() -> int { throw std::runtime_error("down"); }), 42);

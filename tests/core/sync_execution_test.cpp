@@ -266,5 +266,52 @@ TEST(SyncExecution, AValuedCallsOutcomeTakesOnlyAValueOfItsOwnType) {
   EXPECT_EQ(v, 7);
 }
 
+TEST(SyncExecution, AFailedValuedCallsOutcomeHasNoValueUntilOneIsSet) {
+  const int v = Shield{}
+                    .use(std::make_shared<OutcomeProbe>([](OutcomeRef o) {
+                      ASSERT_TRUE(o.has_exception());
+                      EXPECT_EQ(o.value_type(), typeid(int));
+                      EXPECT_EQ(o.raw_value(), nullptr) << "the function produced no value";
+                      EXPECT_EQ(o.value_if<int>(), nullptr);
+                      EXPECT_TRUE(o.set_value(9));
+                      ASSERT_NE(o.value_if<int>(), nullptr);
+                      EXPECT_EQ(*o.value_if<int>(), 9);
+                    }))
+                    .execute([]() -> int { throw std::runtime_error("no value"); });
+  EXPECT_EQ(v, 9);
+}
+
+/// Cancels its inner part before running it, and records what it sees when the part completes.
+class CancelInnerFirst final : public Strategy {
+ public:
+  std::string describe() const override { return "CancelInnerFirst"; }
+  Step on_start(Layer& layer) override {
+    layer.cancel_inner();
+    return Step::run_inner;
+  }
+  Step on_inner_complete(Layer& layer) override {
+    cancelled_inner = layer.cancelled_inner();
+    cancelled_from_outside = layer.cancelled_from_outside();
+    return Step::complete;
+  }
+  bool cancelled_inner = false;
+  bool cancelled_from_outside = true;
+};
+
+TEST(SyncExecution, AStrategyCancellingItsInnerPartIsSeenThroughTheContext) {
+  auto cancel = std::make_shared<CancelInnerFirst>();
+  bool seen = false;
+  const Outcome<int> o = Shield{}.use(cancel).execute_outcome([&](Context& ctx) {
+    seen = ctx.cancelled();
+    ctx.throw_if_cancelled();
+    return 1;
+  });
+  EXPECT_TRUE(seen) << "a synchronous function sees the cancellation through its context";
+  EXPECT_TRUE(cancel->cancelled_inner);
+  EXPECT_FALSE(cancel->cancelled_from_outside) << "the strategy caused it itself";
+  ASSERT_TRUE(o.has_exception());
+  EXPECT_TRUE(detail::is_cancellation_exception(o.exception()));
+}
+
 }  // namespace
 }  // namespace kevlar
