@@ -170,5 +170,56 @@ TEST(Jitter, ARetryFeedsDecorrelatedJitterItsPreviousBackoffDelay) {
   EXPECT_EQ(events[2].delay, 575ms);
 }
 
+// Rounding can carry d/2 + u * d/2 up to d itself for u just below 1 (here 1.5 + (3 - 2^-51) / 2
+// ties to 3): equal jitter still stays strictly below the delay.
+TEST(Jitter, EqualJitterStaysBelowTheDelayWhenRoundingReachesIt) {
+  const Backoff b = Backoff::constant(3ns, Jitter::equal);
+  EXPECT_LT(b.delay(1, 1.0, 0s), 3ns);
+  EXPECT_EQ(b.delay(1, 1.0, 0s), 2ns);
+  EXPECT_EQ(b.delay(1, 0.0, 0s), 1ns);
+}
+
+// A synchronous delay generator on the driver: no value and a negative one keep the backoff's
+// delay, a value replaces it and is capped by max_delay, and a zero one retries at once.
+TEST(Jitter, ADelayGeneratorKeepsTheBackoffDelayUnlessItReturnsAUsableValue) {
+  RetryOptions o;
+  o.max_retries = 4;
+  o.backoff = Backoff::constant(100ms);
+  o.max_delay = 1min;
+  int n = 0;
+  o.delay_generator = [&n](const RetryEvent&) -> std::optional<Clock::duration> {
+    switch (++n) {
+      case 1:
+        return std::nullopt;
+      case 2:
+        return -1ns;
+      case 3:
+        return 2h;
+      default:
+        return 0s;
+    }
+  };
+  StrategyDriver<int> d{Shield{}.retry(o)};
+  d.start();
+  d.fail(0, boost::asio::error::connection_reset);
+  EXPECT_EQ(d.timers(), std::vector<Clock::duration>{100ms});
+  d.advance(100ms);
+  d.fail(1, boost::asio::error::connection_reset);
+  EXPECT_EQ(d.timers(), std::vector<Clock::duration>{100ms});
+  d.advance(100ms);
+  d.fail(2, boost::asio::error::connection_reset);
+  EXPECT_EQ(d.timers(), std::vector<Clock::duration>{1min});
+  d.advance(1min);
+  d.fail(3, boost::asio::error::connection_reset);
+  EXPECT_TRUE(d.timers().empty());
+  EXPECT_EQ(d.attempts(), 5u);
+  const auto events = d.events_of<RetryScheduled>();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].delay, 100ms);
+  EXPECT_EQ(events[1].delay, 100ms);
+  EXPECT_EQ(events[2].delay, 1min);
+  EXPECT_EQ(events[3].delay, 0s);
+}
+
 }  // namespace
 }  // namespace kevlar
