@@ -204,6 +204,39 @@ TEST(RateLimitLedger, AShorterHoldChangesNothingAndHoldsAreClamped) {
   EXPECT_EQ(top.acquire(late + 10s).kind, Kind::admitted);
 }
 
+// A hold whose end lies past the nanosecond range, or whose schedule behind it would, holds until
+// the top of the range the ledger counts in rather than wrapping round into the past (no hold).
+TEST(RateLimitLedger, AHoldPastTheEndOfTheRangeSaturatesInsteadOfWrapping) {
+  using rep = Clock::duration::rep;
+  constexpr rep max = std::numeric_limits<rep>::max();
+  constexpr Clock::duration a_century = 24h * 365 * 100;
+  RateLimitLedger end_overflows(1s, 1, 0);
+  end_overflows.hold_for(TimePoint(Clock::duration(max - 1'000'000'000)), 10s);
+  const auto r1 = end_overflows.acquire(at(0s));
+  EXPECT_EQ(r1.kind, Kind::rejected);
+  EXPECT_GT(r1.retry_after, a_century);
+
+  RateLimitLedger schedule_overflows(1s, 5, 0);  // 4 s of tolerance behind the hold's end
+  schedule_overflows.hold_for(TimePoint(Clock::duration(max - 5'000'000'000)), 2s);
+  const auto r2 = schedule_overflows.acquire(at(0s));
+  EXPECT_EQ(r2.kind, Kind::rejected);
+  EXPECT_GT(r2.retry_after, a_century);
+  EXPECT_EQ(r2.retry_after, r1.retry_after - 4s) << "the same saturated end, less the tolerance";
+
+  RateLimitLedger queued(1s, 1, 2);
+  EXPECT_EQ(queued.acquire(at(0s)).kind, Kind::admitted);
+  EXPECT_EQ(queued.acquire(at(0s)).kind, Kind::queued);
+  queued.hold_for(TimePoint(Clock::duration(max - 1'000'000'000)), 10s);
+  EXPECT_GT(queued.head_due(), at(a_century)) << "the queued reservation waits at the top too";
+}
+
+// Nothing booked yet: the oldest reservation's due time saturates at the bottom of the range
+// instead of overflowing below it.
+TEST(RateLimitLedger, AnUnusedLedgersHeadDueSaturatesAtTheEarliestTime) {
+  RateLimitLedger l(1s, 3, 1);
+  EXPECT_EQ(l.head_due(), TimePoint::min());
+}
+
 TEST(RateLimitLedger, AHoldMovesTheQueuedReservationsBehindIt) {
   RateLimitLedger l(1s, 1, 3);
   EXPECT_EQ(l.acquire(at(0s)).kind, Kind::admitted);
