@@ -156,6 +156,54 @@ TEST(FallbackAsyncHooks, VoidCallsAwaitTheirRecovery) {
   EXPECT_EQ(log, (std::vector<std::string>{"hook", "recovered exception"}));
 }
 
+int throw_down() {
+  throw Down();
+}
+
+void throw_down_void() {
+  throw Down();
+}
+
+TEST(FallbackAsyncHooks, AnAsynchronousHookWithoutARecoveryIsFollowedByTheFixedValue) {
+  std::vector<std::string> log;
+  FallbackOptions<int> o;
+  o.value = 9;
+  o.on_fallback_async = [&log](FallbackEvent<int> e) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    log.emplace_back(e.outcome.has_exception() ? "hook exception" : "hook");
+  };
+  const Shield shield = Shield{}.fallback(o);
+  EXPECT_EQ(shield.execute(&throw_down), 9);
+  EXPECT_EQ(log, (std::vector<std::string>{"hook exception"}));
+}
+
+TEST(FallbackAsyncHooks, ASynchronousRecoveryRunsAfterTheAsynchronousHook) {
+  std::vector<std::string> log;
+  FallbackOptions<int> o;
+  o.on_fallback_async = [&log](FallbackEvent<int>) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    log.emplace_back("hook");
+  };
+  o.recovery = [&log](const Outcome<int>& failed, Context&) {
+    log.emplace_back("recovery");
+    return failed.has_exception() ? 11 : 12;
+  };
+  EXPECT_EQ(Shield{}.fallback(o).execute(&throw_down), 11);
+  EXPECT_EQ(log, (std::vector<std::string>{"hook", "recovery"}));
+
+  std::vector<std::string> void_log;
+  FallbackOptions<void> v;
+  v.on_fallback_async = [&void_log](FallbackEvent<void>) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    void_log.emplace_back("hook");
+  };
+  v.recovery = [&void_log](const Outcome<void>& failed, Context&) {
+    void_log.emplace_back(failed.has_exception() ? "recovered exception" : "recovered");
+  };
+  EXPECT_NO_THROW(Shield{}.fallback(v).execute(&throw_down_void));
+  EXPECT_EQ(void_log, (std::vector<std::string>{"hook", "recovered exception"}));
+}
+
 /// A value type without a default constructor: fallbacks of it must compile and work, with or
 /// without asynchronous hooks.
 struct Money {

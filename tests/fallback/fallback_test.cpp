@@ -129,6 +129,18 @@ TEST(FallbackSync, HookRunsBeforeRecoveryWithTheExactOutcome) {
   EXPECT_EQ(log, (std::vector<std::string>{"hook", "recovery"}));
 }
 
+TEST(FallbackSync, AHookWithoutARecoverySeesTheFailureAndTheValueReplacesIt) {
+  const auto original = std::make_exception_ptr(Boom());
+  int hooks = 0;
+  const Shield shield = Shield{}.fallback(
+      FallbackOptions<int>{.value = 5, .on_fallback = [&](const FallbackEvent<int>& e) {
+                             ++hooks;
+                             EXPECT_EQ(e.outcome.exception(), original);
+                           }});
+  EXPECT_EQ(shield.execute([&]() -> int { std::rethrow_exception(original); }), 5);
+  EXPECT_EQ(hooks, 1);
+}
+
 TEST(FallbackSync, RecoveryReceivesAHandledResult) {
   const Shield shield =
       Shield{}
