@@ -188,5 +188,39 @@ TEST_F(LimiterDecisions, EveryStepOfAQueuedCallSurvivesAnInjectedFailureOrCancel
   EXPECT_EQ(runs, 1u + 2u * 2u);  // start and succeed are the driven call's steps
 }
 
+// The ledger's transitions without a semaphore (the test is the only thread, so it stands in
+// for the slow-path lock): queueing behind a full limit, a release that must hand over, a
+// release of more permits than are in use, the queue limit and closing.
+TEST(LimiterLedger, ItQueuesHandsOverRefusesOverReleasesAndClosesWordByWord) {
+  LimiterLedger l(1, 1);
+  EXPECT_TRUE(l.try_acquire());
+  EXPECT_FALSE(l.try_acquire()) << "the only permit is in use";
+  EXPECT_FALSE(l.full()) << "a queue place is free";
+  EXPECT_EQ(l.admit_locked(), Admission::queued);
+  EXPECT_TRUE(l.full());
+  EXPECT_EQ(l.admit_locked(), Admission::rejected) << "the queue is full";
+  EXPECT_EQ(l.try_release(1), ReleaseStep::contended) << "a waiter must be handed the permit";
+  EXPECT_EQ(l.release_locked(2), -1) << "two permits returned, one in use: nothing changes";
+  EXPECT_EQ(l.snapshot().queued, 1u);
+  EXPECT_EQ(l.release_locked(1), 1) << "handed to the waiter";
+  EXPECT_EQ(l.in_use(), 1u) << "a handoff leaves the permit in use";
+  EXPECT_EQ(l.snapshot().queued, 0u);
+  EXPECT_EQ(l.try_release(2), ReleaseStep::refused);
+  EXPECT_EQ(l.try_release(1), ReleaseStep::done);
+  EXPECT_EQ(l.in_use(), 0u);
+  EXPECT_EQ(l.admit_locked(), Admission::granted) << "a permit freed since the lock-free attempt";
+  EXPECT_EQ(l.release_locked(1), 0) << "nobody waiting: the permit is freed";
+  EXPECT_EQ(l.close_locked(), 0u);
+  EXPECT_TRUE(l.full()) << "a closed ledger rejects every newcomer";
+  EXPECT_FALSE(l.try_acquire());
+  EXPECT_EQ(l.admit_locked(), Admission::closed);
+
+  LimiterLedger unqueued(1, 0);
+  EXPECT_FALSE(unqueued.full());
+  EXPECT_TRUE(unqueued.try_acquire());
+  EXPECT_TRUE(unqueued.full()) << "no free permit and no queue";
+  EXPECT_EQ(unqueued.admit_locked(), Admission::rejected);
+}
+
 }  // namespace
 }  // namespace kevlar
