@@ -670,5 +670,9 @@ TEST(CircuitBreakerCore, StateNames) {
   EXPECT_STREQ(to_string(S::isolated), "isolated");
 }
 
+TEST(CircuitBreakerCore, AStateOutsideTheEnumerationIsNamedUnknown) {
+  EXPECT_STREQ(to_string(static_cast<S>(9)), "unknown");
+}
+
 }  // namespace
 }  // namespace kevlar
