@@ -16,6 +16,7 @@
 
 #include <optional>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,31 @@ TEST(TimeoutAsyncHook, ASynchronousTimeoutRunsItAndItsFailureIsTheOutcome) {
   ASSERT_TRUE(second.has_exception());
   EXPECT_THROW(std::rethrow_exception(second.exception()), std::domain_error);
   EXPECT_EQ(ran, 2);
+}
+
+// Only a cancellation outcome becomes the caller's abort: a hook that sees the caller cancel and
+// then fails with its own error (without awaiting anything more) leaves that error as the
+// outcome.
+TEST(TimeoutAsyncHook, AHookFailingWithItsOwnErrorAfterTheCallerCancelledKeepsThatError) {
+  auto clock = ManualClock::create();
+  std::stop_source stop;
+  TimeoutOptions o;
+  o.timeout = 1s;
+  o.on_timeout_async = [&stop](TimeoutEvent) -> asio::awaitable<void> {
+    co_await asio::post(asio::use_awaitable);
+    stop.request_stop();
+    throw std::domain_error("hook");
+  };
+  const Outcome<int> out = Shield{}.timeout(o).with_clock(clock).execute_outcome(
+      [&](Context& c) -> int {
+        clock->advance(2s);
+        c.throw_if_cancelled();
+        return 1;
+      },
+      stop.get_token());
+  ASSERT_TRUE(out.has_exception());
+  EXPECT_THROW(std::rethrow_exception(out.exception()), std::domain_error);
+  EXPECT_TRUE(stop.stop_requested());
 }
 
 TEST(TimeoutAsyncHook, TheCallersCancellationWhileItRunsEndsTheCallAsAborted) {
