@@ -52,16 +52,18 @@ TEST(Descriptors, RetryReportsItsOptionsAndBackoffWithoutCallingHooks) {
   const ShieldDescriptor d = describe_shield(Shield{}.retry(o));
   ASSERT_EQ(d.strategies.size(), 1u);
   const auto& r = std::get<RetryDescriptor>(d.strategies[0]);
-  EXPECT_EQ(
-      r, (RetryDescriptor{0, 4, BackoffDescriptor{BackoffKind::exponential, 100ms, 3.0, 5s, kevlar::Jitter::none},
-                          2s, false, true}));
+  EXPECT_EQ(r, (RetryDescriptor{0, 4,
+                                BackoffDescriptor{BackoffKind::exponential, 100ms, 3.0, 5s,
+                                                  kevlar::Jitter::none},
+                                2s, false, true}));
   EXPECT_EQ(RetryDescriptor::kind, StrategyKind::retry);
   EXPECT_EQ(hook_calls, 0);
 
   const RetryDescriptor defaults =
       std::get<RetryDescriptor>(describe_shield(Shield{}.retry()).strategies.at(0));
   EXPECT_EQ(defaults.max_retries, 3);
-  EXPECT_EQ(defaults.backoff, (BackoffDescriptor{BackoffKind::exponential, 250ms, 2.0, 30s, kevlar::Jitter::proportional}))
+  EXPECT_EQ(defaults.backoff, (BackoffDescriptor{BackoffKind::exponential, 250ms, 2.0, 30s,
+                                                 kevlar::Jitter::proportional}))
       << "Kevlar's default backoff";
 
   kevlar::RetryOptions n;
@@ -73,8 +75,9 @@ TEST(Descriptors, RetryReportsItsOptionsAndBackoffWithoutCallingHooks) {
   EXPECT_EQ(none.backoff.kind, BackoffKind::none);
   EXPECT_TRUE(none.has_delay_generator);
   n.backoff = kevlar::Backoff::linear(50ms);
-  EXPECT_EQ(std::get<RetryDescriptor>(describe_shield(Shield{}.retry(n)).strategies.at(0)).backoff,
-            (BackoffDescriptor{BackoffKind::linear, 50ms, 1.0, std::nullopt, kevlar::Jitter::none}));
+  EXPECT_EQ(
+      std::get<RetryDescriptor>(describe_shield(Shield{}.retry(n)).strategies.at(0)).backoff,
+      (BackoffDescriptor{BackoffKind::linear, 50ms, 1.0, std::nullopt, kevlar::Jitter::none}));
   n.backoff = kevlar::Backoff::custom([](int a) { return a * 1ms; });
   EXPECT_EQ(
       std::get<RetryDescriptor>(describe_shield(Shield{}.retry(n)).strategies.at(0)).backoff.kind,
@@ -268,12 +271,8 @@ TEST(Descriptors, EveryKindAndDescriptorPrintsExactly) {
   kevlar::FallbackOptions<int> f;
   f.recovery = [](const kevlar::Outcome<int>&, kevlar::Context&) { return 0; };
   f.on_fallback = [](const kevlar::FallbackEvent<int>&) {};
-  const Shield shield = Shield{}
-                            .fallback(f)
-                            .rate_limit(rl)
-                            .concurrency_limit(cl)
-                            .hedge(h)
-                            .use(std::make_shared<Passthrough>());
+  const Shield shield = Shield{}.fallback(f).rate_limit(rl).concurrency_limit(cl).hedge(h).use(
+      std::make_shared<Passthrough>());
   const ShieldDescriptor d = describe_shield<int>(shield);
   std::vector<std::string> printed;
   for (const StrategyDescriptor& s : d.strategies) {
@@ -288,7 +287,8 @@ TEST(Descriptors, EveryKindAndDescriptorPrintsExactly) {
                          "#3 Hedging{3 attempts, delay 50ms, +on_hedge, +action_generator}",
                          "#4 Custom{Passthrough(audit)}"}));
   std::ostringstream backoffs;
-  backoffs << describe_shield(Shield{}.retry(kevlar::RetryOptions{})).all_of<RetryDescriptor>()[0]
+  backoffs << describe_shield(Shield{}.retry(kevlar::RetryOptions{}))
+                  .all_of<RetryDescriptor>()[0]
                   .backoff;
   EXPECT_EQ(backoffs.str(), "exponential 250ms x2 +jitter <=30s");
 }
@@ -459,6 +459,17 @@ TEST(Descriptors, NamingOtherValueTypesLeavesAFallbacksHooksUnknown) {
   EXPECT_EQ(
       describe_shield<int>(Shield{}.fallback(f)).all_of<FallbackDescriptor>().at(0).has_recovery,
       true);
+}
+
+TEST(Descriptors, AKindOutsideTheEnumeratorsPrintsAsAQuestionMark) {
+  EXPECT_STREQ(to_string(static_cast<StrategyKind>(200)), "?");
+  EXPECT_STREQ(to_string(static_cast<BackoffKind>(200)), "?");
+  BackoffDescriptor backoff;
+  backoff.kind = static_cast<BackoffKind>(200);
+  backoff.base = 100ms;
+  std::ostringstream os;
+  os << backoff;
+  EXPECT_EQ(os.str(), "?") << "an unknown kind prints no base delay";
 }
 
 }  // namespace

@@ -128,6 +128,14 @@ TEST(StrategyDriver, ActionsPrintReadably) {
                "mixed");
 }
 
+TEST(StrategyDriver, AnActionOfAnUnknownKindPrintsAsAQuestionMark) {
+  DriverAction action = DriverAction::delivered();
+  action.kind = static_cast<DriverAction::Kind>(7);
+  std::ostringstream os;
+  os << action;
+  EXPECT_EQ(os.str(), "?");
+}
+
 /// Counts on_start and on_finish of the executions it serves.
 struct Counting final : kevlar::BasicStrategy<Counting, int> {
   int* started;
@@ -159,10 +167,8 @@ TEST(StrategyDriver, DestroyingTheDriverMidExecutionAbandonsIt) {
   {
     kevlar::RetryOptions o;
     o.backoff = kevlar::Backoff::constant(1s);
-    StrategyDriver<int> d{Shield()
-                              .use(std::make_shared<Counting>(&started, &finished))
-                              .timeout(10s)
-                              .retry(o)};
+    StrategyDriver<int> d{
+        Shield().use(std::make_shared<Counting>(&started, &finished)).timeout(10s).retry(o)};
     d.start();
     d.fail(0, io_error);  // the retry waits on the clock, the timeout's deadline is armed
     EXPECT_EQ(d.timers().size(), 2u);
