@@ -6,6 +6,7 @@
 #include <kevlar/error.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_executor.hpp>
@@ -15,14 +16,18 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <future>
 #include <latch>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -521,6 +526,79 @@ TEST(UnpairedSemaphore, WorksWithCoroutinesTuplesAndFutures) {
   std::future<void> g = other.async_acquire(asio::use_future);
   other.close();
   EXPECT_THROW(g.get(), boost::system::system_error);
+}
+
+// A blocking acquire() of a closed semaphore throws system_error with errc::closed, even when
+// tokens are left: closing refuses every new acquisition.
+TEST(UnpairedSemaphore, BlockingAcquireThrowsClosedOnceClosedEvenWithTokensLeft) {
+  UnpairedSemaphore sem(1);
+  sem.close();
+  try {
+    sem.acquire();
+    ADD_FAILURE() << "no error";
+  } catch (const boost::system::system_error& e) {
+    EXPECT_EQ(e.code(), make_error_code(errc::closed));
+    EXPECT_NE(std::string(e.what()).find("kevlar::UnpairedSemaphore"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(sem.waiting(), 0U);
+}
+
+// A handler whose associated executor is an any_io_executor around something other than an
+// io_context executor (a strand) is delivered through that executor, ready or woken.
+TEST(UnpairedSemaphore, WaiterWithATypeErasedStrandRunsOnTheStrand) {
+  asio::io_context ioc;
+  auto strand = asio::make_strand(ioc);
+  UnpairedSemaphore sem(1);
+  std::vector<bool> on_strand;
+  const auto handler = [&](error_code ec) {
+    EXPECT_FALSE(ec);
+    on_strand.push_back(strand.running_in_this_thread());
+  };
+  sem.async_acquire(asio::bind_executor(asio::any_io_executor(strand), handler));  // ready
+  sem.async_acquire(asio::bind_executor(asio::any_io_executor(strand), handler));  // queued
+  EXPECT_EQ(sem.waiting(), 1U);
+  EXPECT_TRUE(on_strand.empty()) << "no handler runs inside the initiation";
+  EXPECT_TRUE(sem.release());
+  EXPECT_EQ(sem.waiting(), 0U);
+  ioc.run();
+  EXPECT_EQ(on_strand, (std::vector<bool>{true, true}));
+  EXPECT_EQ(sem.available(), 0U);
+}
+
+// The delivery reserve serves one allocation that fits it; a second one while it is taken, one
+// too large and one over-aligned come from Asio's recycling allocator, and freeing those leaves
+// the reserve taken until its own block is freed.
+TEST(ReserveAllocator, ServesOneFittingAllocationAndSendsTheRestToTheHeap) {
+  struct alignas(2 * alignof(std::max_align_t)) OverAligned {
+    unsigned char bytes[2 * alignof(std::max_align_t)];
+  };
+  detail::DeliveryReserve reserve;
+  detail::ReserveAllocator<std::uint64_t> alloc(&reserve);
+  const void* const block = reserve.bytes;
+  std::uint64_t* first = alloc.allocate(detail::delivery_reserve_size / sizeof(std::uint64_t));
+  EXPECT_EQ(static_cast<void*>(first), block);
+  EXPECT_TRUE(reserve.in_use);
+  std::uint64_t* second = alloc.allocate(1);
+  EXPECT_NE(static_cast<void*>(second), block) << "the reserve is taken";
+  alloc.deallocate(second, 1);
+  EXPECT_TRUE(reserve.in_use);
+  alloc.deallocate(first, detail::delivery_reserve_size / sizeof(std::uint64_t));
+  EXPECT_FALSE(reserve.in_use);
+
+  const std::size_t too_many = detail::delivery_reserve_size / sizeof(std::uint64_t) + 1;
+  std::uint64_t* large = alloc.allocate(too_many);
+  EXPECT_NE(static_cast<void*>(large), block);
+  EXPECT_FALSE(reserve.in_use);
+  alloc.deallocate(large, too_many);
+
+  detail::ReserveAllocator<OverAligned> aligned(alloc);
+  EXPECT_TRUE(aligned == alloc);
+  OverAligned* over = aligned.allocate(1);
+  EXPECT_NE(static_cast<void*>(over), block);
+  EXPECT_FALSE(reserve.in_use);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(over) % alignof(OverAligned), 0U);
+  aligned.deallocate(over, 1);
 }
 
 }  // namespace
