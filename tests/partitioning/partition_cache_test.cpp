@@ -552,6 +552,34 @@ TEST(PartitionCache, FactoryMayLookUpOtherKeysOfTheSameCache) {
   for (int k = 1; k <= 16; ++k) EXPECT_EQ(cache->get(k), inner[static_cast<std::size_t>(k - 1)]);
 }
 
+TEST(PartitionCache, FactoryMayLookUpItsOwnKeyInAnotherCacheAndOtherKeysInItsOwn) {
+  // Only a lookup of the same key in the same cache is recursion: the factory of 5 looks up 5 in
+  // another cache and 6 (another hash) in its own.
+  Counting made;
+  Cache other(made.factory(), bounded(4));
+  std::unique_ptr<Cache> cache;
+  Value from_other;
+  Value six;
+  cache = std::make_unique<Cache>(
+      [&](const int& key) {
+        if (key == 5) {
+          from_other = other.get(5);
+          six = cache->get(6);
+        }
+        return std::make_shared<int>(key + 100);
+      },
+      bounded(4));
+  const Value five = cache->get(5);
+  EXPECT_EQ(*five, 105);
+  ASSERT_NE(from_other, nullptr);
+  EXPECT_EQ(*from_other, 5);
+  EXPECT_EQ(made.count(), 1);
+  EXPECT_EQ(other.try_get(5), from_other);
+  ASSERT_NE(six, nullptr);
+  EXPECT_EQ(cache->try_get(6), six);
+  EXPECT_EQ(cache->size(), 2U);
+}
+
 TEST(PartitionCache, FactoryLookingUpItsOwnKeyThrowsLogicError) {
   std::unique_ptr<Cache> cache;
   bool recurse = true;
