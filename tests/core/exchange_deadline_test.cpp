@@ -71,6 +71,28 @@ struct ExchangeDeadline : ::testing::Test {
     ioc.restart();
     ioc.poll();
   }
+
+  /// A synchronous call that always fails, under a 1 s budget, retried after `retry_wait`: the
+  /// clock moves 1 s once the caller sleeps in the retry's wait. Returns the outcome and counts
+  /// the attempts.
+  Outcome<int> run_past_the_budget(Clock::duration retry_wait, int& attempts) {
+    const Shield shield =
+        Shield{}.use(std::make_shared<Budget>(1s)).retry(every(retry_wait, 3)).with_clock(clock);
+    std::atomic<int> count = 0;
+    std::optional<Outcome<int>> outcome;
+    std::jthread caller([&] {
+      outcome = shield.execute_outcome([&]() -> int {
+        ++count;
+        throw std::runtime_error("refused");
+      });
+    });
+    clock->wait_for_sleepers(1);
+    clock->advance(1s);
+    caller.join();
+    attempts = count.load();
+    EXPECT_TRUE(outcome.has_value());
+    return outcome.value_or(Outcome<int>::from_value(-1));
+  }
 };
 
 TEST_F(ExchangeDeadline, TheOperationSeesTheDeadlineAndTheStrategyRestoresThePreviousOne) {
@@ -116,23 +138,11 @@ TEST_F(ExchangeDeadline, BeforeTheDeadlineTheNextAttemptStarts) {
 }
 
 TEST_F(ExchangeDeadline, ASynchronousWaitEndsAtTheDeadlineAsACancellation) {
-  const Shield shield =
-      Shield{}.use(std::make_shared<Budget>(1s)).retry(every(1h, 3)).with_clock(clock);
-  std::atomic<int> attempts = 0;
-  std::optional<Outcome<int>> outcome;
-  std::jthread caller([&] {
-    outcome = shield.execute_outcome([&]() -> int {
-      ++attempts;
-      throw std::runtime_error("refused");
-    });
-  });
-  clock->wait_for_sleepers(1);  // the retry's hour-long wait, cut to the deadline
-  clock->advance(1s);
-  caller.join();
-  ASSERT_TRUE(outcome.has_value());
-  EXPECT_EQ(attempts.load(), 1);
-  ASSERT_TRUE(outcome->has_error()) << "the cut wait ends the retry as a cancellation";
-  EXPECT_EQ(outcome->error(), asio::error::operation_aborted);
+  int attempts = 0;
+  const Outcome<int> outcome = run_past_the_budget(1h, attempts);  // the wait, cut to 1 s
+  EXPECT_EQ(attempts, 1);
+  ASSERT_TRUE(outcome.has_error()) << "the cut wait ends the retry as a cancellation";
+  EXPECT_EQ(outcome.error(), asio::error::operation_aborted);
 }
 
 TEST_F(ExchangeDeadline, CodeSeesCancellationOnlyOnceTheDeadlineIsReached) {
@@ -160,23 +170,11 @@ TEST_F(ExchangeDeadline, CodeSeesCancellationOnlyOnceTheDeadlineIsReached) {
 TEST_F(ExchangeDeadline, ASynchronousWaitDueAtTheDeadlineEndsAsACancellation) {
   // The wait is not cut short (it ends when it was due), but the deadline is due at the same
   // moment: no attempt may start then.
-  const Shield shield =
-      Shield{}.use(std::make_shared<Budget>(1s)).retry(every(1s, 3)).with_clock(clock);
-  std::atomic<int> attempts = 0;
-  std::optional<Outcome<int>> outcome;
-  std::jthread caller([&] {
-    outcome = shield.execute_outcome([&]() -> int {
-      ++attempts;
-      throw std::runtime_error("refused");
-    });
-  });
-  clock->wait_for_sleepers(1);
-  clock->advance(1s);
-  caller.join();
-  ASSERT_TRUE(outcome.has_value());
-  EXPECT_EQ(attempts.load(), 1);
-  ASSERT_TRUE(outcome->has_error());
-  EXPECT_EQ(outcome->error(), asio::error::operation_aborted);
+  int attempts = 0;
+  const Outcome<int> outcome = run_past_the_budget(1s, attempts);
+  EXPECT_EQ(attempts, 1);
+  ASSERT_TRUE(outcome.has_error());
+  EXPECT_EQ(outcome.error(), asio::error::operation_aborted);
 }
 
 }  // namespace
