@@ -77,6 +77,14 @@ void disarm_allocation_failure() noexcept {
   tl_counters.fail_armed = false;
 }
 
+bool counts_aligned_alloc() noexcept {
+#ifdef KEVLAR_ALLOC_COUNTER_NO_INTERPOSE
+  return false;
+#else
+  return true;
+#endif
+}
+
 bool allocation_failure_armed() noexcept {
   return tl_counters.fail_armed;
 }

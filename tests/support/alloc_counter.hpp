@@ -21,6 +21,11 @@ struct AllocStats {
 /// Allocations made by every thread since the process started.
 [[nodiscard]] AllocStats process_allocations() noexcept;
 
+/// True if the counts include aligned_alloc called directly (as Asio's recycling allocator does).
+/// Not in a sanitized build (KEVLAR_SANITIZE): the sanitizer's runtime owns aligned_alloc there,
+/// and only operator new is counted.
+[[nodiscard]] bool counts_aligned_alloc() noexcept;
+
 /// Makes the allocation `n` allocations from now (0 = the next one) on the calling thread fail:
 /// operator new throws std::bad_alloc, aligned_alloc returns nullptr. Only one failure is armed at
 /// a time; disarm_allocation_failure() cancels it.
