@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
 # tools/coverage.sh <build dir> — the line and branch coverage of kevlar's own code (src/,
 # include/, strategies/) from a build configured with -DKEVLAR_COVERAGE=ON whose tests have run
-# (CI: stage c, the Debug AddressSanitizer build). Prints gcovr's summary, writes the per-file
-# table to <build dir>/coverage.txt, and fails when a floor is not met.
+# (CI: stage c, the Debug AddressSanitizer build, without UBSan). Prints gcovr's summary, writes
+# the per-file table to <build dir>/coverage.txt, and fails when a floor is not met.
 #
-# Floors: lines 97 %, branches 83 %: a ratchet a point or so under the last measured level (lines
-# 98.4 % of 6,023; branches 84.5 %: 3,467 of 4,101), to be raised as tests are added. Only
+# Floors: lines 97 %, branches 87 %: a ratchet a point or so under the last measured level (lines
+# 98.2 % of 6,019; branches 88.8 %: 3,238 of 3,645), to be raised as tests are added. Only
 # decisions count as branches (if, switch, loops, ?:, && and ||): tools/gcov-branches.py, the gcov
 # gcovr runs here, removes the two edges GCC gives every call that may throw (its normal return and
 # its exception edge), and gcovr leaves out branches the compiler proves unreachable. Counted as
 # gcovr alone counts them, every call that may throw was one more branch, once per template
-# instantiation: about 6,400 edges, 79 %. UBSan's checks are branches to gcov too (one per
-# reference or pointer use and per instantiation), and they never fail. Integrations
-# (integrations/) are not measured here. KEVLAR_COVERAGE_LINES / _BRANCHES override the floors.
+# instantiation: about 6,400 edges, 79 %. The build must not carry UBSan either: its checks are
+# branches to gcov too (one per reference or pointer use and per instantiation) that never fail;
+# the same tests with UBSan measure 84.5 % of 4,101. Integrations (integrations/) are not
+# measured here. KEVLAR_COVERAGE_LINES / _BRANCHES override the floors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: tools/coverage.sh <build dir configured with KEVLAR_COVERAGE=ON>}
 line_floor=${KEVLAR_COVERAGE_LINES:-97}
-branch_floor=${KEVLAR_COVERAGE_BRANCHES:-83}
+branch_floor=${KEVLAR_COVERAGE_BRANCHES:-87}
 if ! command -v gcovr >/dev/null 2>&1; then
   echo "coverage: gcovr is not installed (Debian package gcovr)" >&2
   exit 1
