@@ -85,6 +85,7 @@ def json_edges(args, cwd):
 
 
 def annotate(path, flags):
+    """Rewrites the .gcov file at `path` with the edge kinds json_edges found for its source."""
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
         lines = f.read().split("\n")
     source = None
@@ -93,11 +94,23 @@ def annotate(path, flags):
         if m:
             source = m.group(1)
             break
-    edges = flags.get(source)
-    if edges is None:
+    per_line = flags.get(source)
+    if per_line is None:
         return
-    # The text's branch lines, by the source line they follow.
-    text = {}
+    rewritten, unmatched = rewrite(lines, per_line)
+    if unmatched:
+        print(f"gcov-branches: {path}: lines {unmatched[:10]} differ between gcov's text and JSON "
+              "outputs: left unchanged", file=sys.stderr)
+    if rewritten != lines:
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write("\n".join(rewritten))
+
+
+def rewrite(lines, per_line):
+    """The lines of a .gcov text without the branch lines of calls and with every exception edge
+    that never ran marked "(throw)", given each source line's (kind, count) edges from the JSON;
+    and the source lines whose edges differ between the two (left as they are)."""
+    text = {}  # the text's branch lines, by the source line they follow
     number = None
     for i, line in enumerate(lines):
         m = SOURCE_LINE.match(line)
@@ -105,27 +118,21 @@ def annotate(path, flags):
             number = int(m.group(1))
         elif line.startswith("branch ") and number is not None:
             text.setdefault(number, []).append(i)
-    drop, throws, unmatched = set(), [], []
+    drop, throws, unmatched = set(), set(), []
     for number, positions in text.items():
-        json_line = edges.get(number, [])
+        json_line = per_line.get(number, [])
         if len(json_line) != len(positions) or any(
                 text_count(lines[i]) != count for i, (_, count) in zip(positions, json_line)):
-            unmatched.append(number)  # the two outputs disagree: this line is left as it is
+            unmatched.append(number)
             continue
         for i, (kind, _) in zip(positions, json_line):
             if kind == "call":
                 drop.add(i)
             elif kind == "throw" and BRANCH.match(lines[i]):
-                throws.append(i)
-    if unmatched:
-        print(f"gcov-branches: {path}: lines {unmatched[:10]} differ between gcov's text and JSON "
-              "outputs: left unchanged", file=sys.stderr)
-    for i in throws:
-        lines[i] = f"{BRANCH.match(lines[i]).group(1)} taken 0 (throw)"
-    if drop or throws:
-        lines = [line for i, line in enumerate(lines) if i not in drop]
-        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write("\n".join(lines))
+                throws.add(i)
+    rewritten = [f"{BRANCH.match(line).group(1)} taken 0 (throw)" if i in throws else line
+                 for i, line in enumerate(lines) if i not in drop]
+    return rewritten, unmatched
 
 
 def text_count(line):
