@@ -17,21 +17,6 @@ namespace kevlar::semaphore_test {
 namespace asio = boost::asio;
 using boost::system::error_code;
 
-/// True when the test binary runs under a sanitizer runtime. There the allocation counter does
-/// not interpose aligned_alloc (which Asio's recycling allocator uses), so failure injection only
-/// reaches allocations that go through operator new.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool under_sanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool under_sanitizer = true;
-#else
-inline constexpr bool under_sanitizer = false;
-#endif
-#else
-inline constexpr bool under_sanitizer = false;
-#endif
-
 /// What a completion handler saw.
 struct Outcome {
   int calls = 0;
