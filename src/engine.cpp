@@ -49,10 +49,21 @@ inline Step CallBase::dispatch_start(std::size_t index) {
   }
 }
 
+Step call_on_inner_complete(Strategy& strategy, Layer& layer) {
+  return strategy.on_inner_complete(layer);
+}
+
+void call_on_finish(Strategy& strategy, Layer& layer) noexcept {
+  strategy.on_finish(layer);
+}
+
 inline Step CallBase::dispatch_inner_complete(std::size_t index) {
+  const PipelineLayer& entry = layers_[index];
+  // No hook: the strategy keeps Strategy's default, which completes the layer as it is.
+  if (entry.inner_complete == nullptr) return Step::complete;
   Layer layer(*this, index);
   try {
-    return layers_[index].strategy->on_inner_complete(layer);
+    return entry.inner_complete(*entry.strategy, layer);
   } catch (...) {
     return fail_layer(index, std::current_exception());
   }
@@ -84,8 +95,11 @@ Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
 }
 
 void CallBase::finish_layer(std::size_t index) noexcept {
-  Layer layer(*this, index);
-  layers_[index].strategy->on_finish(layer);
+  const PipelineLayer& entry = layers_[index];
+  if (entry.finish != nullptr) {  // none: Strategy's default, which does nothing
+    Layer layer(*this, index);
+    entry.finish(*entry.strategy, layer);
+  }
   // A cancellation this layer started for its inner part ends with it (a retry outside a timeout
   // starts its next attempt uncancelled).
   if (cancel_origin_ == index + 1) {

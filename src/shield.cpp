@@ -45,9 +45,10 @@ void seal(detail::Pipeline& p) {
   traits.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     traits.push_back(p.strategies[i]->traits());
-    p.layers.push_back(detail::PipelineLayer{p.strategies[i].get(), p.clauses[i].get(), offset,
-                                             p.clauses[i]->judges_results(), false,
-                                             interests});
+    p.layers.push_back(detail::PipelineLayer{
+        p.strategies[i].get(), p.clauses[i].get(), offset, p.clauses[i]->judges_results(), false,
+        interests, traits.back().needs_inner_complete ? p.hooks[i].inner_complete : nullptr,
+        traits.back().needs_finish ? p.hooks[i].finish : nullptr});
     offset += round_up(traits.back().frame_size);
     needs_executor = needs_executor || traits.back().needs_executor;
     asynchronous_only = asynchronous_only || traits.back().asynchronous_only;
@@ -121,15 +122,16 @@ std::vector<std::shared_ptr<Strategy>> Shield::strategies() const {
 }
 
 Shield Shield::use(std::shared_ptr<Strategy> strategy) const {
-  if (!strategy) throw std::invalid_argument("kevlar::Shield::use: the strategy is null");
-  return append(strategy);
+  return use_hooked(std::move(strategy), {});
 }
 
-Shield Shield::append(const std::shared_ptr<Strategy>& strategy) const {
+Shield Shield::use_hooked(std::shared_ptr<Strategy> strategy, detail::LayerHooks hooks) const {
+  if (!strategy) throw std::invalid_argument("kevlar::Shield::use: the strategy is null");
   auto p = copy_of(p_);
-  p->strategies.push_back(strategy);
   std::shared_ptr<const Clause> own = strategy->traits().clause;
   p->clauses.push_back(own ? std::move(own) : p->ambient ? p->ambient : Clause::default_clause());
+  p->hooks.push_back(hooks);
+  p->strategies.push_back(std::move(strategy));
   seal(*p);
   return Shield(std::move(p));
 }
@@ -178,6 +180,7 @@ Shield Shield::wrap(const Shield& inner) const {
   auto p = copy_of(p_);
   p->strategies.insert(p->strategies.end(), inner.p_->strategies.begin(),
                        inner.p_->strategies.end());
+  p->hooks.insert(p->hooks.end(), inner.p_->hooks.begin(), inner.p_->hooks.end());
   p->clauses.insert(p->clauses.end(), inner.p_->clauses.begin(), inner.p_->clauses.end());
   if (!p->name) p->name = inner.p_->name;
   for (const std::shared_ptr<Observer>& o : inner.p_->observers) {  // one delivery per observer

@@ -57,6 +57,8 @@ struct IsAwaitable<boost::asio::awaitable<T, E>> : std::true_type {
 /// The immutable data of a Shield, shared by every copy.
 struct Pipeline {
   std::vector<std::shared_ptr<Strategy>> strategies;
+  /// Per strategy: how the engine calls its callbacks, as Shield::use saw its class.
+  std::vector<LayerHooks> hooks;
   std::vector<std::shared_ptr<const Clause>> clauses;  ///< per layer (default clause if none)
   std::vector<PipelineLayer> layers;
   PipelineView view;
@@ -152,6 +154,15 @@ class Shield {
   /// strategy, a stateful instance already in the chain, or a fallback made unreachable by a
   /// reactive strategy outside it with the same clause.
   [[nodiscard]] Shield use(std::shared_ptr<Strategy> strategy) const;
+  /// The same, for a pointer to a class derived from Strategy. If that class is `final`, the
+  /// engine calls its on_inner_complete and on_finish directly instead of through the vtable,
+  /// and skips those it leaves to Strategy's defaults (as StrategyTraits::needs_inner_complete
+  /// and needs_finish would): a pass-through layer costs two calls less per execution.
+  template <class S>
+  requires std::derived_from<S, Strategy> && (!std::is_same_v<S, Strategy>)
+  [[nodiscard]] Shield use(std::shared_ptr<S> strategy) const {
+    return use_hooked(std::move(strategy), detail::layer_hooks<S>());
+  }
 
   /// Sets the handling clause for the reactive strategies appended after it (until the next
   /// `when`). Without one, Clause::default_clause() applies.
@@ -443,7 +454,8 @@ class Shield {
   [[nodiscard]] const detail::PipelineView& view() const noexcept;
   /// Throws the std::logic_error of a synchronous execution of an asynchronous-only pipeline.
   [[noreturn]] void refuse_synchronous() const;
-  [[nodiscard]] Shield append(const std::shared_ptr<Strategy>& strategy) const;
+  [[nodiscard]] Shield use_hooked(std::shared_ptr<Strategy> strategy,
+                                  detail::LayerHooks hooks) const;
 
   explicit Shield(std::shared_ptr<const detail::Pipeline> p) noexcept : p_(std::move(p)) {}
 

@@ -65,6 +65,16 @@ struct StrategyTraits {
   /// clause (Shield::when) wherever the strategy is added; null: the ambient one. Chain validation
   /// treats an own clause as distinct from every other clause.
   std::shared_ptr<const Clause> clause{};
+  /// False if the strategy keeps Strategy's default on_inner_complete (the layer completes with
+  /// the inner outcome as it is): the engine then completes the layer without calling it. A
+  /// strategy that sets it false and overrides the callback anyway is not called there.
+  /// BasicStrategy computes it (Derived declares `inner_complete` or not), and Shield::use finds
+  /// it out by itself for a `final` class (see Shield::use).
+  bool needs_inner_complete = true;
+  /// False if the strategy keeps Strategy's default on_finish (which does nothing): the engine
+  /// then skips the call. Computed like needs_inner_complete (BasicStrategy: Derived declares
+  /// `finish`, or its Frame is not trivially destructible).
+  bool needs_finish = true;
 };
 
 class Strategy;
@@ -424,6 +434,47 @@ class Strategy {
   virtual void on_finish(Layer& layer) noexcept { (void)layer; }
 };
 
+namespace detail {
+
+/// How the engine calls a strategy's on_inner_complete and on_finish (PipelineLayer's hooks),
+/// as Shield::use found out from the strategy's static type `S`: for a `final` class, a direct
+/// call of its own override (no virtual dispatch), or nullptr when it keeps Strategy's default
+/// (the engine then skips the call: the default changes nothing); for any other class, whose
+/// objects may be of a further derived type, the virtual call.
+struct LayerHooks {
+  InnerCompleteHook inner_complete = &call_on_inner_complete;
+  FinishHook finish = &call_on_finish;
+};
+
+template <class S>
+constexpr LayerHooks layer_hooks() noexcept {
+  LayerHooks h;
+  if constexpr (std::is_final_v<S>) {
+    // Naming the member through S finds Strategy's own declaration (a pointer to a member of
+    // Strategy) unless S or a base between them declares one. An overload set, or an override
+    // this code cannot call, keeps the virtual call.
+    if constexpr (requires { &S::on_inner_complete; }) {
+      if constexpr (std::is_same_v<decltype(&S::on_inner_complete), Step (Strategy::*)(Layer&)>) {
+        h.inner_complete = nullptr;
+      } else if constexpr (requires(S& s, Layer& l) { s.on_inner_complete(l); }) {
+        h.inner_complete = [](Strategy& s, Layer& l) {
+          return static_cast<S&>(s).on_inner_complete(l);
+        };
+      }
+    }
+    if constexpr (requires { &S::on_finish; }) {
+      if constexpr (std::is_same_v<decltype(&S::on_finish), void (Strategy::*)(Layer&) noexcept>) {
+        h.finish = nullptr;
+      } else if constexpr (requires(S& s, Layer& l) { s.on_finish(l); }) {
+        h.finish = [](Strategy& s, Layer& l) noexcept { static_cast<S&>(s).on_finish(l); };
+      }
+    }
+  }
+  return h;
+}
+
+}  // namespace detail
+
 /// A strategy whose per-execution state is a typed `Frame`: the base constructs it
 /// (value-initialised) in the layer's storage before the first callback, hands `Frame&` to every
 /// callback, and destroys it after the last, also when the execution is abandoned. The strategy
@@ -455,6 +506,20 @@ class BasicStrategy : public Strategy {
   [[nodiscard]] StrategyTraits traits() const noexcept final {
     StrategyTraits t = derived().strategy_traits();
     t.frame_size = sizeof(Frame);
+    // The engine skips the virtual round trip of a callback Derived leaves to the default.
+    if constexpr (requires { &Derived::inner_complete; }) {
+      if constexpr (std::is_same_v<decltype(&Derived::inner_complete),
+                                   Step (BasicStrategy::*)(Layer&, Frame&)>) {
+        t.needs_inner_complete = false;
+      }
+    }
+    if constexpr (requires { &Derived::finish; }) {
+      if constexpr (std::is_same_v<decltype(&Derived::finish),
+                                   void (BasicStrategy::*)(Layer&, Frame&) noexcept> &&
+                    std::is_trivially_destructible_v<Frame>) {
+        t.needs_finish = false;
+      }
+    }
     return t;
   }
   Step on_start(Layer& layer) final {

@@ -24,12 +24,20 @@
 
 namespace kevlar {
 
+class Layer;
 class Strategy;
 enum class Step : unsigned char;
 
 namespace detail {
 
 class ObserverSet;
+
+/// A layer's call of Strategy::on_inner_complete, Strategy::on_finish (see PipelineLayer).
+using InnerCompleteHook = Step (*)(Strategy& strategy, Layer& layer);
+using FinishHook = void (*)(Strategy& strategy, Layer& layer) noexcept;
+/// The virtual calls: `strategy.on_inner_complete(layer)`, `strategy.on_finish(layer)`.
+Step call_on_inner_complete(Strategy& strategy, Layer& layer);
+void call_on_finish(Strategy& strategy, Layer& layer) noexcept;
 
 /// One position of a pipeline, as the engine sees it.
 struct PipelineLayer {
@@ -40,6 +48,11 @@ struct PipelineLayer {
   bool observer_layer = false;   ///< kevlar's attempt observer layer, not a strategy
   /// What the shield's observers want (ObserverSet::interests), one load away; 0: unobserved.
   EventKinds interests = 0;
+  /// How the engine calls the strategy's on_inner_complete and on_finish: a virtual call by
+  /// default, a direct one for a final class (Shield::use), nullptr for a callback the strategy
+  /// leaves to Strategy's default, which the engine then skips (StrategyTraits::needs_*).
+  InnerCompleteHook inner_complete = &call_on_inner_complete;
+  FinishHook finish = &call_on_finish;
 };
 
 /// The immutable description of a pipeline an execution runs.
