@@ -157,7 +157,11 @@ class Shield {
   /// The same, for a pointer to a class derived from Strategy. If that class is `final`, the
   /// engine calls its on_inner_complete and on_finish directly instead of through the vtable,
   /// and skips those it leaves to Strategy's defaults (as StrategyTraits::needs_inner_complete
-  /// and needs_finish would): a pass-through layer costs two calls less per execution.
+  /// and needs_finish would): a pass-through layer costs two calls less per execution. The class
+  /// must not write `using Strategy::on_finish;` (or on_inner_complete) over a base's override:
+  /// that reads as the default, and the override would be skipped.
+  ///
+  /// Thread-safety: as every builder, const; the returned shield is a new value.
   template <class S>
   requires std::derived_from<S, Strategy> && (!std::is_same_v<S, Strategy>)
   [[nodiscard]] Shield use(std::shared_ptr<S> strategy) const {
@@ -454,6 +458,8 @@ class Shield {
   [[nodiscard]] const detail::PipelineView& view() const noexcept;
   /// Throws the std::logic_error of a synchronous execution of an asynchronous-only pipeline.
   [[noreturn]] void refuse_synchronous() const;
+  /// use(): appends `strategy`, whose callbacks the engine calls through `hooks`
+  /// (detail::layer_hooks of its static type).
   [[nodiscard]] Shield use_hooked(std::shared_ptr<Strategy> strategy,
                                   detail::LayerHooks hooks) const;
 

@@ -14,6 +14,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -437,35 +438,57 @@ class Strategy {
 namespace detail {
 
 /// How the engine calls a strategy's on_inner_complete and on_finish (PipelineLayer's hooks),
-/// as Shield::use found out from the strategy's static type `S`: for a `final` class, a direct
-/// call of its own override (no virtual dispatch), or nullptr when it keeps Strategy's default
-/// (the engine then skips the call: the default changes nothing); for any other class, whose
-/// objects may be of a further derived type, the virtual call.
+/// as Shield::use found out from the strategy's static type `S`. For a `final` class, whose
+/// objects are all of type `S`: a direct call of its override (the compiler devirtualises it), or
+/// nullptr when it keeps Strategy's default (the engine then skips the call: the default changes
+/// nothing). For any other class, whose objects may be of a further derived type, and wherever
+/// the type does not say for sure, the virtual call.
 struct LayerHooks {
   InnerCompleteHook inner_complete = &call_on_inner_complete;
   FinishHook finish = &call_on_finish;
 };
 
+/// The class of a pointer to member `M` (void for anything else).
+template <class M>
+struct MemberClass {
+  using type = void;
+};
+template <class C, class F>
+struct MemberClass<F C::*> {
+  using type = C;
+};
+
+/// The hooks of strategy class `S` (see LayerHooks). Naming a callback through `S` finds the
+/// declaration nearest to `S`: Strategy's own (the default) unless `S` or a base between them
+/// declares one. Only a declaration with exactly the virtual's signature, in a class derived
+/// from Strategy, is taken for the override; an overload set, a hiding function with another
+/// signature, a member this code cannot name (private, protected) or a virtual base keeps the
+/// virtual call. One case the type cannot tell: `using Strategy::on_finish;` (or
+/// on_inner_complete) in `S` over a base that overrides it reads as the default, and that
+/// override is skipped; do not write that using-declaration.
 template <class S>
 constexpr LayerHooks layer_hooks() noexcept {
   LayerHooks h;
-  if constexpr (std::is_final_v<S>) {
-    // Naming the member through S finds Strategy's own declaration (a pointer to a member of
-    // Strategy) unless S or a base between them declares one. An overload set, or an override
-    // this code cannot call, keeps the virtual call.
+  if constexpr (std::is_final_v<S> && requires(Strategy& base) { static_cast<S&>(base); }) {
     if constexpr (requires { &S::on_inner_complete; }) {
-      if constexpr (std::is_same_v<decltype(&S::on_inner_complete), Step (Strategy::*)(Layer&)>) {
+      using M = decltype(&S::on_inner_complete);
+      using C = typename MemberClass<M>::type;
+      if constexpr (std::is_same_v<M, Step (Strategy::*)(Layer&)>) {
         h.inner_complete = nullptr;
-      } else if constexpr (requires(S& s, Layer& l) { s.on_inner_complete(l); }) {
+      } else if constexpr (std::derived_from<C, Strategy> &&
+                           std::is_same_v<M, Step (C::*)(Layer&)>) {
         h.inner_complete = [](Strategy& s, Layer& l) {
           return static_cast<S&>(s).on_inner_complete(l);
         };
       }
     }
     if constexpr (requires { &S::on_finish; }) {
-      if constexpr (std::is_same_v<decltype(&S::on_finish), void (Strategy::*)(Layer&) noexcept>) {
+      using M = decltype(&S::on_finish);
+      using C = typename MemberClass<M>::type;
+      if constexpr (std::is_same_v<M, void (Strategy::*)(Layer&) noexcept>) {
         h.finish = nullptr;
-      } else if constexpr (requires(S& s, Layer& l) { s.on_finish(l); }) {
+      } else if constexpr (std::derived_from<C, Strategy> &&
+                           std::is_same_v<M, void (C::*)(Layer&) noexcept>) {
         h.finish = [](Strategy& s, Layer& l) noexcept { static_cast<S&>(s).on_finish(l); };
       }
     }
@@ -506,20 +529,11 @@ class BasicStrategy : public Strategy {
   [[nodiscard]] StrategyTraits traits() const noexcept final {
     StrategyTraits t = derived().strategy_traits();
     t.frame_size = sizeof(Frame);
-    // The engine skips the virtual round trip of a callback Derived leaves to the default.
-    if constexpr (requires { &Derived::inner_complete; }) {
-      if constexpr (std::is_same_v<decltype(&Derived::inner_complete),
-                                   Step (BasicStrategy::*)(Layer&, Frame&)>) {
-        t.needs_inner_complete = false;
-      }
-    }
-    if constexpr (requires { &Derived::finish; }) {
-      if constexpr (std::is_same_v<decltype(&Derived::finish),
-                                   void (BasicStrategy::*)(Layer&, Frame&) noexcept> &&
-                    std::is_trivially_destructible_v<Frame>) {
-        t.needs_finish = false;
-      }
-    }
+    // The engine skips a callback Derived leaves to the default (and that has no frame to end).
+    // Set outright: on_inner_complete and on_finish are this class's, final, whatever Derived's
+    // strategy_traits() said.
+    t.needs_inner_complete = !keeps_default_inner_complete();
+    t.needs_finish = !(keeps_default_finish() && std::is_trivially_destructible_v<Frame>);
     return t;
   }
   Step on_start(Layer& layer) final {
@@ -552,6 +566,25 @@ class BasicStrategy : public Strategy {
   BasicStrategy() = default;
 
  private:
+  /// Derived declares no `inner_complete`, `finish` of its own: naming one through Derived
+  /// finds this class's default.
+  static constexpr bool keeps_default_inner_complete() noexcept {
+    if constexpr (requires { &Derived::inner_complete; }) {
+      return std::is_same_v<decltype(&Derived::inner_complete),
+                            Step (BasicStrategy::*)(Layer&, Frame&)>;
+    } else {
+      return false;
+    }
+  }
+  static constexpr bool keeps_default_finish() noexcept {
+    if constexpr (requires { &Derived::finish; }) {
+      return std::is_same_v<decltype(&Derived::finish),
+                            void (BasicStrategy::*)(Layer&, Frame&) noexcept>;
+    } else {
+      return false;
+    }
+  }
+
   Derived& derived() noexcept { return static_cast<Derived&>(*this); }
   const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
 };

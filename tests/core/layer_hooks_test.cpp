@@ -21,8 +21,8 @@ namespace {
 namespace asio = boost::asio;
 using boost::system::error_code;
 
-/// Counts the callbacks it receives; on_inner_complete turns a value into `errc::closed`, so
-/// that a skipped call shows in the outcome too.
+/// What the strategies below count: their on_inner_complete (which turns a value into
+/// `errc::closed`, so that a skipped call shows in the outcome too) and on_finish calls.
 struct Counts {
   int inner = 0;
   int finish = 0;
@@ -89,6 +89,65 @@ class DerivedOverriding final : public OpenBase {
   Counts* c_;
 };
 
+/// An intermediate base that overrides both, and final classes over it that declare functions
+/// of the same names which override nothing: a const one, one with another parameter type, and
+/// ones brought in from a class that is no strategy. The base's overrides must still run.
+class OverridingBase : public Strategy {
+ public:
+  explicit OverridingBase(Counts& c) : c_(&c) {}
+  std::string describe() const override { return "OverridingBase"; }
+  Step on_start(Layer&) override { return Step::run_inner; }
+  Step on_inner_complete(Layer& layer) override {
+    ++c_->inner;
+    layer.outcome().set_error(make_error_code(errc::closed));
+    return Step::complete;
+  }
+  void on_finish(Layer&) noexcept override { ++c_->finish; }
+
+ private:
+  Counts* c_;
+};
+
+// Hiding the overrides is the point of the next two classes.
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Woverloaded-virtual"
+#endif
+class HidesWithConst final : public OverridingBase {
+ public:
+  using OverridingBase::OverridingBase;
+  // Hide the overrides from name lookup without overriding them.
+  Step on_inner_complete(Layer&) const { return Step::complete; }
+  void on_finish(const Layer&) const noexcept {}
+};
+
+struct NotAStrategy {
+  Step on_inner_complete(Layer&) { return Step::complete; }
+  void on_finish(Layer&) noexcept {}
+};
+
+class HidesWithUsing final : public OverridingBase, private NotAStrategy {
+ public:
+  using NotAStrategy::on_finish;
+  using NotAStrategy::on_inner_complete;
+  using OverridingBase::OverridingBase;
+};
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
+
+/// A strategy reached through a virtual base: no static_cast from Strategy&.
+class VirtualBase final : public virtual Strategy {
+ public:
+  explicit VirtualBase(Counts& c) : c_(&c) {}
+  std::string describe() const override { return "VirtualBase"; }
+  Step on_start(Layer&) override { return Step::run_inner; }
+  void on_finish(Layer&) noexcept override { ++c_->finish; }
+
+ private:
+  Counts* c_;
+};
+
 /// Overrides both but tells the engine, through its traits, that it needs neither.
 class DeclinesByTraits final : public Strategy {
  public:
@@ -124,6 +183,18 @@ class FrameOnly final : public BasicStrategy<FrameOnly, CountedFrame> {
   Step start(Layer&, Frame&) { return Step::run_inner; }
 };
 
+/// Its own traits say it needs no on_finish; BasicStrategy knows better (the frame must end).
+class FrameOnlyDeclining final : public BasicStrategy<FrameOnlyDeclining, CountedFrame> {
+ public:
+  std::string describe() const override { return "FrameOnlyDeclining"; }
+  StrategyTraits strategy_traits() const noexcept {
+    StrategyTraits t;
+    t.needs_finish = false;
+    return t;
+  }
+  Step start(Layer&, Frame&) { return Step::run_inner; }
+};
+
 struct PlainFrame {
   int n = 0;
 };
@@ -142,6 +213,21 @@ class PlainFrameJudging final : public BasicStrategy<PlainFrameJudging, PlainFra
 };
 
 // What Shield::use finds out from the static type.
+/// A hook of the direct call: neither skipped nor the virtual call.
+template <class Hook>
+constexpr bool is_direct(Hook hook, Hook virtual_call) {
+  return hook != nullptr && hook != virtual_call;
+}
+static_assert(is_direct(detail::layer_hooks<FinalOverriding>().inner_complete,
+                        &detail::call_on_inner_complete));
+static_assert(is_direct(detail::layer_hooks<FinalOverriding>().finish, &detail::call_on_finish));
+static_assert(detail::layer_hooks<HidesWithConst>().inner_complete ==
+              &detail::call_on_inner_complete);
+static_assert(detail::layer_hooks<HidesWithConst>().finish == &detail::call_on_finish);
+static_assert(detail::layer_hooks<HidesWithUsing>().inner_complete ==
+              &detail::call_on_inner_complete);
+static_assert(detail::layer_hooks<HidesWithUsing>().finish == &detail::call_on_finish);
+static_assert(detail::layer_hooks<VirtualBase>().finish == &detail::call_on_finish);
 static_assert(detail::layer_hooks<FinalPassThrough>().inner_complete == nullptr);
 static_assert(detail::layer_hooks<FinalPassThrough>().finish == nullptr);
 static_assert(detail::layer_hooks<OpenBase>().inner_complete == &detail::call_on_inner_complete);
@@ -172,7 +258,11 @@ TEST(LayerHooks, OverridesRunWhicheverWayTheStrategyIsAppended) {
   auto final_overriding = std::make_shared<FinalOverriding>(c);
   auto final_private = std::make_shared<FinalPrivate>(c);
   auto derived = std::make_shared<DerivedOverriding>(c);
+  auto hides_const = std::make_shared<HidesWithConst>(c);
+  auto hides_using = std::make_shared<HidesWithUsing>(c);
   const Shield shields[] = {
+      Shield{}.use(hides_const),
+      Shield{}.use(hides_using),
       Shield{}.use(final_overriding),
       Shield{}.use(std::shared_ptr<Strategy>(final_overriding)),
       Shield{}.use(final_private),
@@ -220,6 +310,21 @@ TEST(LayerHooks, TraitsThatDeclineACallbackAreTakenAtTheirWord) {
   EXPECT_EQ(shield.execute([] { return 5; }), 5);
   EXPECT_EQ(c.inner, 0);
   EXPECT_EQ(c.finish, 0);
+}
+
+TEST(LayerHooks, AVirtualBaseKeepsTheVirtualCall) {
+  Counts c;
+  const Shield shield = Shield{}.use(std::make_shared<VirtualBase>(c));
+  EXPECT_EQ(shield.execute([] { return 2; }), 2);
+  EXPECT_EQ(c.finish, 1);
+}
+
+TEST(LayerHooks, ABasicStrategysFrameEndsWhateverItsTraitsSay) {
+  EXPECT_TRUE(FrameOnlyDeclining{}.traits().needs_finish);
+  const Shield shield = Shield{}.use(std::make_shared<FrameOnlyDeclining>());
+  const int before = CountedFrame::destroyed;
+  EXPECT_EQ(shield.execute([] { return 3; }), 3);
+  EXPECT_EQ(CountedFrame::destroyed, before + 1);
 }
 
 TEST(LayerHooks, AFrameWithADestructorEndsWithoutAFinishCallback) {

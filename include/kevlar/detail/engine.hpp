@@ -34,9 +34,12 @@ class ObserverSet;
 
 /// A layer's call of Strategy::on_inner_complete, Strategy::on_finish (see PipelineLayer).
 using InnerCompleteHook = Step (*)(Strategy& strategy, Layer& layer);
+/// See InnerCompleteHook.
 using FinishHook = void (*)(Strategy& strategy, Layer& layer) noexcept;
-/// The virtual calls: `strategy.on_inner_complete(layer)`, `strategy.on_finish(layer)`.
+/// The virtual call `strategy.on_inner_complete(layer)`: the hook of a strategy whose class the
+/// pipeline cannot see through.
 Step call_on_inner_complete(Strategy& strategy, Layer& layer);
+/// The virtual call `strategy.on_finish(layer)`, as call_on_inner_complete.
 void call_on_finish(Strategy& strategy, Layer& layer) noexcept;
 
 /// One position of a pipeline, as the engine sees it.
