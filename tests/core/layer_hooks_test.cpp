@@ -26,6 +26,11 @@ using boost::system::error_code;
 struct Counts {
   int inner = 0;
   int finish = 0;
+  Step on_inner(Layer& layer) {
+    ++inner;
+    layer.outcome().set_error(make_error_code(errc::closed));
+    return Step::complete;
+  }
 };
 
 class FinalPassThrough final : public Strategy {
@@ -39,11 +44,7 @@ class FinalOverriding final : public Strategy {
   explicit FinalOverriding(Counts& c) : c_(&c) {}
   std::string describe() const override { return "FinalOverriding"; }
   Step on_start(Layer&) override { return Step::run_inner; }
-  Step on_inner_complete(Layer& layer) override {
-    ++c_->inner;
-    layer.outcome().set_error(make_error_code(errc::closed));
-    return Step::complete;
-  }
+  Step on_inner_complete(Layer& layer) override { return c_->on_inner(layer); }
   void on_finish(Layer&) noexcept override { ++c_->finish; }
 
  private:
@@ -58,11 +59,7 @@ class FinalPrivate final : public Strategy {
   Step on_start(Layer&) override { return Step::run_inner; }
 
  private:
-  Step on_inner_complete(Layer& layer) override {
-    ++c_->inner;
-    layer.outcome().set_error(make_error_code(errc::closed));
-    return Step::complete;
-  }
+  Step on_inner_complete(Layer& layer) override { return c_->on_inner(layer); }
   void on_finish(Layer&) noexcept override { ++c_->finish; }
   Counts* c_;
 };
@@ -78,11 +75,7 @@ class OpenBase : public Strategy {
 class DerivedOverriding final : public OpenBase {
  public:
   explicit DerivedOverriding(Counts& c) : c_(&c) {}
-  Step on_inner_complete(Layer& layer) override {
-    ++c_->inner;
-    layer.outcome().set_error(make_error_code(errc::closed));
-    return Step::complete;
-  }
+  Step on_inner_complete(Layer& layer) override { return c_->on_inner(layer); }
   void on_finish(Layer&) noexcept override { ++c_->finish; }
 
  private:
@@ -97,11 +90,7 @@ class OverridingBase : public Strategy {
   explicit OverridingBase(Counts& c) : c_(&c) {}
   std::string describe() const override { return "OverridingBase"; }
   Step on_start(Layer&) override { return Step::run_inner; }
-  Step on_inner_complete(Layer& layer) override {
-    ++c_->inner;
-    layer.outcome().set_error(make_error_code(errc::closed));
-    return Step::complete;
-  }
+  Step on_inner_complete(Layer& layer) override { return c_->on_inner(layer); }
   void on_finish(Layer&) noexcept override { ++c_->finish; }
 
  private:
