@@ -135,6 +135,13 @@ void deliver_from(CallBase& call, Event& event, std::size_t strategy_index,
 class AttemptObserver final : public Strategy {
  public:
   [[nodiscard]] std::string describe() const override { return "(observer)"; }
+  /// Only on_start: the engine need not call the defaults (see StrategyTraits::needs_finish).
+  [[nodiscard]] StrategyTraits traits() const noexcept override {
+    StrategyTraits t;
+    t.needs_inner_complete = false;
+    t.needs_finish = false;
+    return t;
+  }
   Step on_start(Layer& layer) override {
     // The engine declines an attempt past an enclosing deadline (see CallBase::past_deadline):
     // that one never starts and is not announced. (Emitting announces the shield first.)

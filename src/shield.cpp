@@ -18,6 +18,13 @@ std::size_t round_up(std::size_t n) {
   return (n + a - 1) / a * a;
 }
 
+/// A layer's hooks: those Shield::use saw, less the callbacks the strategy's traits decline.
+detail::LayerHooks hooks_for(detail::LayerHooks hooks, const StrategyTraits& traits) noexcept {
+  if (!traits.needs_inner_complete) hooks.inner_complete = nullptr;
+  if (!traits.needs_finish) hooks.finish = nullptr;
+  return hooks;
+}
+
 /// Recomputes the engine's view of `p` and checks the chain's rules.
 void seal(detail::Pipeline& p) {
   const std::size_t n = p.strategies.size();
@@ -37,18 +44,20 @@ void seal(detail::Pipeline& p) {
   bool needs_executor = false;
   bool asynchronous_only = false;
   const auto add_observer_layer = [&](Strategy& s) {
+    const StrategyTraits t = s.traits();
+    const detail::LayerHooks hooks = hooks_for({}, t);
     p.layers.push_back(detail::PipelineLayer{&s, Clause::default_clause().get(), offset, false,
-                                             true, interests});
-    offset += round_up(s.traits().frame_size);
+                                             true, interests, hooks.inner_complete, hooks.finish});
+    offset += round_up(t.frame_size);
   };
   std::vector<StrategyTraits> traits;
   traits.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     traits.push_back(p.strategies[i]->traits());
-    p.layers.push_back(detail::PipelineLayer{
-        p.strategies[i].get(), p.clauses[i].get(), offset, p.clauses[i]->judges_results(), false,
-        interests, traits.back().needs_inner_complete ? p.hooks[i].inner_complete : nullptr,
-        traits.back().needs_finish ? p.hooks[i].finish : nullptr});
+    const detail::LayerHooks hooks = hooks_for(p.hooks[i], traits.back());
+    p.layers.push_back(detail::PipelineLayer{p.strategies[i].get(), p.clauses[i].get(), offset,
+                                             p.clauses[i]->judges_results(), false, interests,
+                                             hooks.inner_complete, hooks.finish});
     offset += round_up(traits.back().frame_size);
     needs_executor = needs_executor || traits.back().needs_executor;
     asynchronous_only = asynchronous_only || traits.back().asynchronous_only;
