@@ -319,7 +319,24 @@ class DeferredChecks {
 /// completes are cancelled and detached, and end on their own.
 class CallBase : private ClockWaiter {
  public:
+  /// An asynchronous execution (AsyncCall, AttemptCall).
   CallBase(const PipelineView& pipeline, std::byte* frames, Context& context) noexcept
+      : pipeline_(&pipeline),
+        layers_(pipeline.layers),
+        frames_(frames),
+        context_(&context),
+        depth_(no_layer),
+        step_dropped_(false),
+        resumed_(false),
+        first_(0),
+        attempt_layer_(no_attempt_layer),
+        node_(nullptr) {}
+  /// Selects the constructor of a synchronous execution.
+  struct Synchronous {};
+  /// A synchronous execution (SyncCall): leaves the fields only the asynchronous machine reads
+  /// unset (see the member list), stores every synchronous call would otherwise pay for.
+  CallBase(const PipelineView& pipeline, std::byte* frames, Context& context,
+           Synchronous /*unused*/) noexcept
       : pipeline_(&pipeline), layers_(pipeline.layers), frames_(frames), context_(&context) {}
   CallBase(const CallBase&) = delete;
   CallBase& operator=(const CallBase&) = delete;
@@ -541,22 +558,26 @@ class CallBase : private ClockWaiter {
   const PipelineLayer* layers_;
   std::byte* frames_;
   Context* context_;
-  std::size_t depth_ = no_layer;  ///< asynchronous: the layer whose step is pending
+  // Fields without an initializer belong to the asynchronous machine (advance(), the
+  // asynchronous shell, attempts). A synchronous execution leaves them unset and never reads them:
+  // every member function it can reach (the synchronous shell, the dispatchers, the Layer
+  // interface) tests async_ before touching them.
+  std::size_t depth_;  ///< asynchronous: the layer whose step is pending
   std::size_t cancel_origin_ =
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
   Clock::time_point wait_deadline_{};
   /// The layer whose deadline the context holds (lower_deadline), or no_layer.
   std::size_t deadline_owner_ = no_layer;
-  bool step_dropped_ = false;
+  bool step_dropped_;
   /// Asynchronous executions: a wait or an attempt has completed, so the clock may have passed a
   /// deadline set before it. The first pass starts its attempt without reading the clock again.
-  bool resumed_ = false;
+  bool resumed_;
   /// The first layer this execution runs: 0, or for an attempt execution the layer inside the one
   /// that started it. Reaching its completion delivers.
-  std::size_t first_ = 0;
+  std::size_t first_;
   /// The layer running several attempts at once (no_attempt_layer: none).
-  std::size_t attempt_layer_ = no_attempt_layer;
-  AttemptNode* node_ = nullptr;  ///< set for attempt executions
+  std::size_t attempt_layer_;
+  AttemptNode* node_;  ///< set for attempt executions
   /// When the execution started; read only if the pipeline observes executions (observe_start).
   Clock::time_point started_{};
 };

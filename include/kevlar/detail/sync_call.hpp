@@ -83,7 +83,7 @@ template <class F, class R>
 class SyncCall final : public CallBase {
  public:
   SyncCall(const PipelineView& pipeline, std::byte* frames, Context& ctx, F& fn) noexcept
-      : CallBase(pipeline, frames, ctx), fn_(fn) {
+      : CallBase(pipeline, frames, ctx, Synchronous{}), fn_(fn) {
     if constexpr (!std::is_void_v<R>) {
       outcome_.slot = &value_;
       outcome_.ops = &OptionalValueOps<R>::ops;
