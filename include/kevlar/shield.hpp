@@ -267,43 +267,40 @@ class Shield {
   /// object when `fn` threw, kevlar::Error for failures produced by kevlar (timeout, rejection,
   /// cancellation: `asio::error::operation_aborted`).
   ///
-  /// Cancellation: `stop` cancels cooperatively. If it is already requested, `fn` is never called.
-  /// Timeouts are cooperative too: `fn` observes them through Context::cancelled().
+  /// Cancellation: none from the caller (the overload taking a std::stop_token has it); a timeout
+  /// is cooperative, `fn` observes it through Context::cancelled(). This overload passes no token
+  /// around, which the one taking a token costs on every call even when the token is empty.
   ///
   /// Throws std::logic_error, before any strategy or `fn` runs, if the shield holds a strategy
   /// that needs an asynchronous execution (StrategyTraits::asynchronous_only: a hedge with more
   /// than one attempt). So does execute_outcome().
+  ///
+  /// Thread-safety: a Shield may execute on any number of threads at once.
   template <SyncFunction F>
-  auto execute(F&& fn, std::stop_token stop = {}) const
-      -> std::remove_cvref_t<typename detail::SyncResult<std::remove_reference_t<F>>::type> {
-    if (p_ == nullptr || p_->bypasses_engine) {
-      if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
-      if constexpr (std::invocable<F&, Context&>) {
-        Context ctx(clock(), p_ != nullptr ? p_->view.name : nullptr, true, std::move(stop));
-        return std::invoke(fn, ctx);
-      } else {
-        return std::invoke(fn);
-      }
-    }
-    return execute_pipeline(fn, std::move(stop));
+  auto execute(F&& fn) const -> detail::SyncValue<F> {
+    return execute_with(fn);
   }
 
-  /// Like execute(), but returns the Outcome instead of throwing.
+  /// Executes `fn` as execute(fn) does, cancelled cooperatively by `stop`: if it is already
+  /// requested, `fn` is never called (kevlar::Error, `operation_aborted`); once requested, queue
+  /// and backoff waits end with `operation_aborted`, and `fn` observes it through
+  /// Context::cancelled() and Context::stop_token().
   template <SyncFunction F>
-  auto execute_outcome(F&& fn, std::stop_token stop = {}) const -> Outcome<
-      std::remove_cvref_t<typename detail::SyncResult<std::remove_reference_t<F>>::type>> {
-    using Fn = std::remove_reference_t<F>;
-    using R = std::remove_cvref_t<typename detail::SyncResult<Fn>::type>;
-    if (stop.stop_requested()) {
-      return Outcome<R>::from_error(boost::asio::error::operation_aborted);
-    }
-    const detail::PipelineView& v = view();
-    if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
-    Context ctx(*v.clock, v.name, true, std::move(stop));
-    detail::FrameBuffer frames(v.frame_bytes);
-    detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
-    call.run_sync();
-    return call.take_outcome();
+  auto execute(F&& fn, std::stop_token stop) const -> detail::SyncValue<F> {
+    return execute_with(fn, std::move(stop));
+  }
+
+  /// Like execute(fn), but returns the Outcome instead of throwing.
+  template <SyncFunction F>
+  auto execute_outcome(F&& fn) const -> Outcome<detail::SyncValue<F>> {
+    return execute_outcome_with(fn);
+  }
+
+  /// Like execute(fn, stop), but returns the Outcome instead of throwing (a token already
+  /// requested gives the `operation_aborted` error without calling `fn`).
+  template <SyncFunction F>
+  auto execute_outcome(F&& fn, std::stop_token stop) const -> Outcome<detail::SyncValue<F>> {
+    return execute_outcome_with(fn, std::move(stop));
   }
 
   // ---- executing asynchronously --------------------------------------------------------------
@@ -413,18 +410,51 @@ class Shield {
     }
   };
 
+  /// execute(): `Stop` is a std::stop_token or nothing. A shield with no strategy and nothing to
+  /// observe calls `fn` here.
+  template <class Fn, class... Stop>
+  detail::SyncValue<Fn> execute_with(Fn& fn, Stop&&... stop) const {
+    if (p_ == nullptr || p_->bypasses_engine) {
+      if ((stop.stop_requested() || ...)) throw Error(boost::asio::error::operation_aborted);
+      if constexpr (std::invocable<Fn&, Context&>) {
+        Context ctx(clock(), p_ != nullptr ? p_->view.name : nullptr, true,
+                    std::forward<Stop>(stop)...);
+        return std::invoke(fn, ctx);
+      } else {
+        return std::invoke(fn);
+      }
+    }
+    return execute_pipeline(fn, std::forward<Stop>(stop)...);
+  }
+
   /// The non-empty path of execute(), kept out of line so that the empty shield's path stays a
   /// direct call wherever execute() is inlined.
-  template <class Fn, class R = std::remove_cvref_t<typename detail::SyncResult<Fn>::type>>
-  [[gnu::noinline]] R execute_pipeline(Fn& fn, std::stop_token stop) const {
-    if (stop.stop_requested()) throw Error(boost::asio::error::operation_aborted);
+  template <class Fn, class... Stop>
+  [[gnu::noinline]] detail::SyncValue<Fn> execute_pipeline(Fn& fn, Stop&&... stop) const {
+    if ((stop.stop_requested() || ...)) throw Error(boost::asio::error::operation_aborted);
     const detail::PipelineView& v = p_->view;  // execute() routes only engine shields here
     if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
-    Context ctx(*v.clock, v.name, true, std::move(stop));
+    Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
+    detail::FrameBuffer frames(v.frame_bytes);
+    detail::SyncCall<Fn, detail::SyncValue<Fn>> call(v, frames.data(), ctx, fn);
+    call.run_sync();
+    return call.take_value();  // no Outcome in between: the value moves once
+  }
+
+  /// execute_outcome(), as execute_with.
+  template <class Fn, class... Stop>
+  Outcome<detail::SyncValue<Fn>> execute_outcome_with(Fn& fn, Stop&&... stop) const {
+    using R = detail::SyncValue<Fn>;
+    if ((stop.stop_requested() || ...)) {
+      return Outcome<R>::from_error(boost::asio::error::operation_aborted);
+    }
+    const detail::PipelineView& v = view();
+    if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
+    Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
     call.run_sync();
-    return call.take_value();  // no Outcome in between: the value moves once
+    return call.take_outcome();
   }
 
   template <class F>

@@ -131,6 +131,18 @@ TEST(SyncExecution, ContextSeesTheCallersStopToken) {
   EXPECT_TRUE(seen);
 }
 
+TEST(SyncExecution, OnlyTheOverloadsTakingATokenGiveTheContextOne) {
+  std::stop_source source;
+  const auto stoppable = [](Context& ctx) { return ctx.stop_token().stop_possible(); };
+  for (const Shield& shield : {Shield{}, Shield{}.use(std::make_shared<test::PassThrough>())}) {
+    EXPECT_FALSE(shield.execute(stoppable));
+    EXPECT_FALSE(shield.execute_outcome(stoppable).value());
+    EXPECT_FALSE(shield.execute(stoppable, {}));  // an empty token is none either
+    EXPECT_TRUE(shield.execute(stoppable, source.get_token()));
+    EXPECT_TRUE(shield.execute_outcome(stoppable, source.get_token()).value());
+  }
+}
+
 TEST(SyncExecution, RepeaterReinvokesTheFunctionAndSurfacesTheLastFailure) {
   const Shield shield = Shield{}.use(std::make_shared<test::Repeat>(2));
   int calls = 0;

@@ -49,6 +49,10 @@ requires(!std::invocable<F&, Context&> && std::invocable<F&>) struct SyncResult<
   using type = std::invoke_result_t<F&>;
 };
 
+/// The value type execute() returns for a function of type F (a reference or not).
+template <class F>
+using SyncValue = std::remove_cvref_t<typename SyncResult<std::remove_reference_t<F>>::type>;
+
 template <class F>
 decltype(auto) invoke_sync(F& fn, Context& ctx) {
   if constexpr (std::invocable<F&, Context&>) {
