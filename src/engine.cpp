@@ -408,6 +408,9 @@ void CallBase::resume_after_wait(const boost::system::error_code& ec) {
 }
 
 void CallBase::abandon_execution() noexcept {
+  // A synchronous execution has nothing pending to abandon, and its machine fields are unset: a
+  // strategy that dropped a wait handler inside its callback is failed by the synchronous shell.
+  if (async_ == nullptr) return;
   const DeferredChecks::Scope checks;
   // The attempts a parked layer runs belong to the same executor, which is shutting down: they
   // are detached (not cancelled) and end on their own.

@@ -375,9 +375,10 @@ class CallBase : private ClockWaiter {
   /// the stack: its initiation failed, and the engine fails the attempt.
   void step_dropped() noexcept { step_dropped_ = true; }
 
-  /// Asynchronous executions: true if an enclosing deadline (Context::deadline) has passed and
-  /// time may have moved since the execution started: the engine declines to start an attempt
-  /// then. (A synchronous wait that ends at the deadline reports itself aborted instead.)
+  /// Asynchronous executions only (a synchronous one leaves resumed_ unset): true if an
+  /// enclosing deadline (Context::deadline) has passed and time may have moved since the
+  /// execution started: the engine declines to start an attempt then. (A synchronous wait that
+  /// ends at the deadline reports itself aborted instead.)
   [[nodiscard]] bool past_deadline() const noexcept {
     // An expiry is delivered on its own (a posted job, a cut wait), possibly after the completion
     // that resumed this execution; the clock tells the truth before either has arrived.
@@ -495,6 +496,7 @@ class CallBase : private ClockWaiter {
   /// for `parent`, whose context it copies (properties, deadline).
   void become_attempt(CallBase& parent, std::size_t first, AttemptNode& node);
   /// This execution's link to the execution that started it (nullptr: it is a caller's).
+  /// Asynchronous executions only.
   [[nodiscard]] AttemptNode* attempt_node() const noexcept { return node_; }
 
  protected:
@@ -560,8 +562,10 @@ class CallBase : private ClockWaiter {
   Context* context_;
   // Fields without an initializer belong to the asynchronous machine (advance(), the
   // asynchronous shell, attempts). A synchronous execution leaves them unset and never reads them:
-  // every member function it can reach (the synchronous shell, the dispatchers, the Layer
-  // interface) tests async_ before touching them.
+  // the synchronous shell and the dispatchers do not touch them, and every other member function
+  // a synchronous execution can reach (through Layer, or a wait handler dropped in a synchronous
+  // execution: abandon_execution) tests async_ first. past_deadline() and attempt_node() are for
+  // asynchronous executions only.
   std::size_t depth_;  ///< asynchronous: the layer whose step is pending
   std::size_t cancel_origin_ =
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
