@@ -268,8 +268,8 @@ class Shield {
   /// cancellation: `asio::error::operation_aborted`).
   ///
   /// Cancellation: none from the caller (the overload taking a std::stop_token has it); a timeout
-  /// is cooperative, `fn` observes it through Context::cancelled(). This overload passes no token
-  /// around, which the one taking a token costs on every call even when the token is empty.
+  /// is cooperative, `fn` observes it through Context::cancelled(). Cheaper than passing an empty
+  /// token: no token is built, moved or destroyed.
   ///
   /// Throws std::logic_error, before any strategy or `fn` runs, if the shield holds a strategy
   /// that needs an asynchronous execution (StrategyTraits::asynchronous_only: a hedge with more
@@ -284,20 +284,21 @@ class Shield {
   /// Executes `fn` as execute(fn) does, cancelled cooperatively by `stop`: if it is already
   /// requested, `fn` is never called (kevlar::Error, `operation_aborted`); once requested, queue
   /// and backoff waits end with `operation_aborted`, and `fn` observes it through
-  /// Context::cancelled() and Context::stop_token().
+  /// Context::cancelled() and Context::stop_token(). Thread-safety: as execute(fn).
   template <SyncFunction F>
   auto execute(F&& fn, std::stop_token stop) const -> detail::SyncValue<F> {
     return execute_with(fn, std::move(stop));
   }
 
-  /// Like execute(fn), but returns the Outcome instead of throwing.
+  /// Like execute(fn), but returns the Outcome instead of throwing. Thread-safety: as execute(fn).
   template <SyncFunction F>
   auto execute_outcome(F&& fn) const -> Outcome<detail::SyncValue<F>> {
     return execute_outcome_with(fn);
   }
 
   /// Like execute(fn, stop), but returns the Outcome instead of throwing (a token already
-  /// requested gives the `operation_aborted` error without calling `fn`).
+  /// requested gives the `operation_aborted` error without calling `fn`). Thread-safety: as
+  /// execute(fn).
   template <SyncFunction F>
   auto execute_outcome(F&& fn, std::stop_token stop) const -> Outcome<detail::SyncValue<F>> {
     return execute_outcome_with(fn, std::move(stop));
