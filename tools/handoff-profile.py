@@ -71,9 +71,13 @@ RULES = [
     # B's delivery: the executor operation or function carrying the semaphore's delivery or the
     # execution's wait handler, the semaphore's own delivery code, the handler's invocation.
     ("scheduling", r"(executor_op|executor_function|executor_function::impl|work_dispatcher)::",
-     r"(::Delivery|kevlar::WaitHandler|kevlar::detail::QueueWaitHandler)[,>]", None),
+     r"(::WaiterDelivery<.*|kevlar::WaitHandler|kevlar::detail::QueueWaitHandler)[,>]", None),
     ("scheduling", r"BasicUnpairedSemaphore::AcquireOp::(schedule|deliver|run_inline|"
-     r"still_running_here|reschedule_job|Delivery::)", None, None),
+     r"still_running_here|reschedule_job)", None, None),
+    # The limiter's embedded queue wait: its completion is the hand-over decision (schedule's).
+    ("scheduling", r"EmbeddedQueueWait::(on_complete|post|deliver|run_inline|"
+     r"still_running_here|reschedule_job)", None, None),
+    ("scheduling", r"^kevlar::detail::WaiterDelivery::", None, None),
     ("scheduling", r"MutexDequeSemaphore::Node::complete$", None, None),
     ("scheduling", r"^boost::asio::experimental::detail::channel_send_op::do_action$", None, None),
     ("scheduling", r"^kevlar::(detail::QueueWaitHandler|WaitHandler)::operator\(\)", None, None),
@@ -84,8 +88,10 @@ RULES = [
     ("floor", r"^boost::asio::detail::(awaitable_|co_spawn|coro_)", None, None),
     ("floor", r"^boost::asio::(awaitable|detail::awaitable)", None, None),
     # The semaphores' wait paths.
-    ("publication", r"BasicUnpairedSemaphore::(start_acquire|Initiation::|async_acquire$|"
+    ("publication", r"BasicUnpairedSemaphore::(start_acquire|park$|Initiation::|async_acquire$|"
      r"AcquireOp::(create|install|track_work|AcquireOp$|CancelHandler))", None, None),
+    ("publication", r"(EmbeddedQueueWait::(start$|EmbeddedQueueWait$|CancelHandler)|"
+     r"SemaphoreAccess::park$|^kevlar::detail::plain_io_context$)", None, None),
     ("publication", r"MutexDequeSemaphore::(start$|async_acquire$|Node::Node$|Cancel::Cancel$)",
      None, None),
     ("publication", r"ChannelSemaphore::async_acquire$", None, None),

@@ -29,6 +29,15 @@
 
 namespace kevlar {
 
+namespace detail {
+struct SemaphoreAccess;
+/// What BasicUnpairedSemaphore::park decided for a waiter.
+struct Parked {
+  bool queued = false;             ///< linked: the queue completes the node later
+  boost::system::error_code ec{};  ///< otherwise: granted (no error), or why not
+};
+}  // namespace detail
+
 /// What a ledger decides, under the semaphore's slow-path lock, for an acquire that could not take
 /// a permit lock-free.
 enum class Admission : std::uint8_t {
@@ -288,6 +297,12 @@ class BasicUnpairedSemaphore {
   /// T1 or T3/T3'/T2 for an asynchronous wait; allocates before touching the ledger.
   template <class Handler>
   void start_acquire(Handler&& handler);
+  /// T3/T3'/T2 under the lock for an idle `node` (or its cancellation, arrived first): links it,
+  /// calling `on_link()` (noexcept) just before, or sets its final state and says why not. Never
+  /// completes the node.
+  template <class OnLink>
+  detail::Parked park(detail::WaitNode* node, OnLink&& on_link) noexcept;
+  friend struct detail::SemaphoreAccess;
   /// Cancellation arbitration (T6): takes `node` out of the queue if it is still there.
   void cancel_wait(detail::WaitNode* node) noexcept;
 
@@ -305,3 +320,5 @@ using UnpairedSemaphore = BasicUnpairedSemaphore<TokenLedger>;
 }  // namespace kevlar
 
 #include <kevlar/detail/unpaired_semaphore_impl.hpp>
+// Layer::wait_in_queue: kevlar's strategies waiting in this queue.
+#include <kevlar/detail/embedded_queue_wait.hpp>

@@ -241,7 +241,7 @@ class AttemptCall final : public CallBase {
                              const std::shared_ptr<const void>& keep_alive) {
     using Layout = BlockLayout<AttemptCall>;
     CachingAllocator<ExecutionBlock> alloc;
-    const std::size_t blocks = Layout::blocks(parent.pipeline().frame_bytes);
+    const std::size_t blocks = Layout::blocks(async_frame_bytes(parent.pipeline()));
     ExecutionBlock* mem = alloc.allocate(blocks);
     auto* frames = reinterpret_cast<std::byte*>(mem + Layout::head);
     try {
@@ -377,7 +377,7 @@ class AsyncCall final : public CallBase {
     using Layout = BlockLayout<AsyncCall>;
     using BlockAlloc =
         typename std::allocator_traits<allocator_type>::template rebind_alloc<ExecutionBlock>;
-    const std::size_t blocks = Layout::blocks(pipeline.frame_bytes);
+    const std::size_t blocks = Layout::blocks(async_frame_bytes(pipeline));
     BlockAlloc alloc(allocator_of(handler));
     ExecutionBlock* mem = std::allocator_traits<BlockAlloc>::allocate(alloc, blocks);
     auto* frames = reinterpret_cast<std::byte*>(mem + Layout::head);

@@ -70,6 +70,10 @@ struct PipelineView {
   bool needs_executor = false;
   /// Some layer's StrategyTraits::asynchronous_only: refuse synchronous executions.
   bool asynchronous_only = false;
+  /// queue_wait_size if some layer declares StrategyTraits::waits_in_queue, else 0: the room an
+  /// asynchronous execution keeps for one embedded queue wait behind its frames
+  /// (CallBase::queue_wait_storage).
+  std::size_t queue_wait_bytes = 0;
   /// The shield's observers, or nullptr when nobody listens. Emission points test the layer's
   /// interests instead (PipelineLayer::interests). When one wants AttemptStarted, the last layer
   /// is kevlar's attempt observer.
@@ -80,6 +84,17 @@ struct PipelineView {
 };
 
 inline constexpr std::size_t no_layer = std::numeric_limits<std::size_t>::max();
+
+/// Bytes an asynchronous execution keeps for one embedded queue wait
+/// (detail/embedded_queue_wait.hpp checks that it fits), when its pipeline asks
+/// (PipelineView::queue_wait_bytes).
+inline constexpr std::size_t queue_wait_size = 224;
+
+/// The bytes an asynchronous execution of `pipeline` keeps behind itself: the layers' frames, then
+/// the room for an embedded queue wait if a layer waits in a queue.
+[[nodiscard]] inline std::size_t async_frame_bytes(const PipelineView& pipeline) noexcept {
+  return pipeline.frame_bytes + pipeline.queue_wait_bytes;
+}
 
 class CallBase;
 
@@ -461,6 +476,12 @@ class CallBase : private ClockWaiter {
   /// The allocation-free slot of kevlar's own queue waits (see InlineCancellation).
   [[nodiscard]] InlineSlot inline_slot() noexcept {
     return async_ != nullptr ? InlineSlot(&async_->inline_cancellation) : InlineSlot();
+  }
+  /// The room for the pending step's embedded queue wait, behind the frames (async_frame_bytes):
+  /// nullptr in a synchronous execution, or when no layer of the pipeline waits in a queue.
+  [[nodiscard]] void* queue_wait_storage() const noexcept {
+    return async_ != nullptr && pipeline_->queue_wait_bytes != 0 ? frames_ + pipeline_->frame_bytes
+                                                                 : nullptr;
   }
 
  protected:

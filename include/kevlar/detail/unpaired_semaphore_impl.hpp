@@ -152,6 +152,37 @@ class ReserveAllocator {
   DeliveryReserve* reserve_;
 };
 
+/// The executor a waiter's delivery is submitted to: never blocking, as a continuation (defer),
+/// with the wrapper built in `reserve`.
+template <class Ex>
+auto delivery_executor(const Ex& ex, DeliveryReserve* reserve) {
+  namespace exec = boost::asio::execution;
+  return boost::asio::prefer(boost::asio::require(ex, exec::blocking.never),
+                             exec::relationship.continuation,
+                             exec::allocator(ReserveAllocator<void>(reserve)));
+}
+
+/// The function a waiter queues on its executor: runs `waiter->deliver()`. Destroyed without
+/// running (the executor shut down), it calls `waiter->abandon()`, which returns a granted permit
+/// to the semaphore (T8).
+template <class Waiter>
+class WaiterDelivery {
+ public:
+  explicit WaiterDelivery(Waiter* waiter) noexcept : waiter_(waiter) {}
+  WaiterDelivery(WaiterDelivery&& other) noexcept
+      : waiter_(std::exchange(other.waiter_, nullptr)) {}
+  WaiterDelivery(const WaiterDelivery&) = delete;
+  WaiterDelivery& operator=(const WaiterDelivery&) = delete;
+  WaiterDelivery& operator=(WaiterDelivery&&) = delete;
+  ~WaiterDelivery() {
+    if (waiter_ != nullptr) waiter_->abandon();
+  }
+  void operator()() { std::exchange(waiter_, nullptr)->deliver(); }
+
+ private:
+  Waiter* waiter_;
+};
+
 /// A waiter of the blocking acquire(): the node lives on the blocked thread's stack and the
 /// completion wakes that thread (the only completion that runs on the completing thread: it runs
 /// no user code).
@@ -307,17 +338,8 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
   using AssocEx = boost::asio::associated_executor_t<Handler, executor_type>;
   using Slot = boost::asio::associated_cancellation_slot_t<Handler>;
 
-  // The executor deliveries are submitted to: never blocking, as a continuation (defer), with
-  // the wrapper built in the reserve.
   template <class Ex>
-  static auto make_delivery_executor(const Ex& ex, detail::DeliveryReserve* reserve) {
-    namespace exec = boost::asio::execution;
-    return boost::asio::prefer(boost::asio::require(ex, exec::blocking.never),
-                               exec::relationship.continuation,
-                               exec::allocator(detail::ReserveAllocator<void>(reserve)));
-  }
-  template <class Ex>
-  using DeliveryExOf = decltype(make_delivery_executor(std::declval<const Ex&>(), nullptr));
+  using DeliveryExOf = decltype(detail::delivery_executor(std::declval<const Ex&>(), nullptr));
   // Outstanding work, counted only while the operation waits (a ready grant is counted by the
   // executor's own queue). Made from the final executor: every copy of a tracked executor counts
   // work again, an atomic increment and decrement per temporary.
@@ -437,11 +459,11 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
       : detail::WaitNode(&AcquireOp::on_complete), sem_(sem), handler_(std::move(handler)) {
     if constexpr (erased) {
       if (const IoEx* io = ex.template target<IoEx>()) {
-        io_.ex.emplace(make_delivery_executor(*io, &reserve_));
+        io_.ex.emplace(detail::delivery_executor(*io, &reserve_));
         return;
       }
     }
-    assoc_.ex.emplace(make_delivery_executor(ex, &reserve_));
+    assoc_.ex.emplace(detail::delivery_executor(ex, &reserve_));
   }
 
   static void on_complete(detail::WaitNode* node, boost::system::error_code ec) noexcept {
@@ -473,23 +495,8 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
     }
   };
 
-  /// The function queued on the waiter's executor. If it is destroyed without running (the
-  /// executor shut down), a granted permit goes back to the semaphore (T8).
-  class Delivery {
-   public:
-    explicit Delivery(AcquireOp* op) noexcept : op_(op) {}
-    Delivery(Delivery&& other) noexcept : op_(std::exchange(other.op_, nullptr)) {}
-    Delivery(const Delivery&) = delete;
-    Delivery& operator=(const Delivery&) = delete;
-    Delivery& operator=(Delivery&&) = delete;
-    ~Delivery() {
-      if (op_ != nullptr) op_->abandon();
-    }
-    void operator()() { std::exchange(op_, nullptr)->deliver(); }
-
-   private:
-    AcquireOp* op_;
-  };
+  using Delivery = detail::WaiterDelivery<AcquireOp>;
+  friend Delivery;
 
   /// On the waiter's executor: clear the slot, free the block with its work count (so the
   /// handler's next operation can reuse it), then invoke the handler.
@@ -553,34 +560,56 @@ void BasicUnpairedSemaphore<L>::start_acquire(Handler&& handler) {
     throw;
   }
 
-  boost::system::error_code ec;
-  {
-    std::lock_guard<detail::SpinLock> lock(lock_);
-    if (op->state() == detail::WaitState::cancel_pending) {
-      ec = boost::asio::error::operation_aborted;
-      op->set_state(detail::WaitState::cancelled);
-    } else {
-      switch (ledger_.admit_locked()) {
-        case Admission::queued:  // T3: visible to releasers from here; never touch op again
-          queue_.push_back(op);
-          op->set_state(detail::WaitState::linked);
-          return;
-        case Admission::granted:  // T3'
-          op->set_state(detail::WaitState::granted);
-          break;
-        case Admission::closed:
-          ec = make_error_code(errc::closed);
-          op->set_state(detail::WaitState::aborted);
-          break;
-        case Admission::rejected:
-          ec = L::rejection();
-          op->set_state(detail::WaitState::aborted);
-          break;
-      }
-    }
-  }
+  const detail::Parked parked = park(op, [] {});  // its work is counted already
+  if (parked.queued) return;  // T3: visible to releasers; never touch op again
   op->clear_slot();
-  op->schedule(ec);
+  op->schedule(parked.ec);
 }
+
+template <Ledger L>
+template <class OnLink>
+detail::Parked BasicUnpairedSemaphore<L>::park(detail::WaitNode* node, OnLink&& on_link) noexcept {
+  using detail::WaitState;
+  std::lock_guard<detail::SpinLock> lock(lock_);
+  if (node->state() == WaitState::cancel_pending) {
+    node->set_state(WaitState::cancelled);
+    return {false, boost::asio::error::operation_aborted};
+  }
+  switch (ledger_.admit_locked()) {
+    case Admission::queued:  // T3: visible to releasers from here
+      on_link();
+      queue_.push_back(node);
+      node->set_state(WaitState::linked);
+      return {true, {}};
+    case Admission::granted:  // T3'
+      node->set_state(WaitState::granted);
+      return {false, {}};
+    case Admission::closed:
+      node->set_state(WaitState::aborted);
+      return {false, make_error_code(errc::closed)};
+    case Admission::rejected:
+      break;
+  }
+  node->set_state(WaitState::aborted);
+  return {false, L::rejection()};
+}
+
+namespace detail {
+
+/// kevlar's own waiters that own their queue node (an execution waiting through
+/// Layer::wait_in_queue, detail/embedded_queue_wait.hpp): park and cancel without an asynchronous
+/// operation.
+struct SemaphoreAccess {
+  template <Ledger L, class OnLink>
+  static Parked park(BasicUnpairedSemaphore<L>& sem, WaitNode& node, OnLink&& on_link) noexcept {
+    return sem.park(&node, std::forward<OnLink>(on_link));
+  }
+  template <Ledger L>
+  static void cancel(BasicUnpairedSemaphore<L>& sem, WaitNode& node) noexcept {
+    sem.cancel_wait(&node);
+  }
+};
+
+}  // namespace detail
 
 }  // namespace kevlar

@@ -38,6 +38,7 @@ std::string ConcurrencyLimitStrategy::describe() const {
 StrategyTraits ConcurrencyLimitStrategy::strategy_traits() const noexcept {
   StrategyTraits t;
   t.stateful = true;
+  t.waits_in_queue = true;  // queued executions park inside themselves (Layer::wait_in_queue)
   return t;
 }
 
@@ -78,8 +79,11 @@ Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
     if (layer.wants<LimiterStateChanged>()) emit_state(layer);
     return Step::run_inner;
   }
-  // The queue wait's cancellation handler lives in the execution: parking allocates nothing.
-  semaphore_.async_acquire(layer.queue_wait_handler());
+  // On an io_context the wait lives in the execution: parking allocates nothing.
+  if (const auto decided = layer.wait_in_queue(semaphore_)) {
+    // Decided under the lock: a permit freed meanwhile, the queue filled up, or closed.
+    return wait_complete(layer, f, *decided);
+  }
   return Step::suspend;  // the queue owns the execution until the grant (or its abort)
 }
 

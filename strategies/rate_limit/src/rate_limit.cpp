@@ -217,6 +217,7 @@ std::string RateLimitStrategy::describe() const {
 StrategyTraits RateLimitStrategy::strategy_traits() const noexcept {
   StrategyTraits t;
   t.stateful = true;
+  t.waits_in_queue = true;  // queued executions park inside themselves (Layer::wait_in_queue)
   return t;
 }
 
@@ -255,9 +256,11 @@ Step RateLimitStrategy::take_turn(Layer& layer, Frame& f) {
     f.phase = Phase::head;
     return at_head(layer, f);
   }
-  // The wait's cancellation handler lives in the execution: parking allocates nothing more.
-  turn_.async_acquire(layer.queue_wait_handler());
-  return Step::suspend;
+  // On an io_context the wait lives in the execution: parking allocates nothing.
+  if (const auto decided = layer.wait_in_queue(turn_)) {
+    return wait_complete(layer, f, *decided);  // the turn came free meanwhile, or closed
+  }
+  return Step::suspend;  // the queue owns the execution until the turn (or its abort)
 }
 
 Step RateLimitStrategy::at_head(Layer& layer, Frame& f) {

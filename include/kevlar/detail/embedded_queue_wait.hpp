@@ -1,0 +1,196 @@
+// kevlar — internal: a queue wait that lives in the waiting execution (Layer::wait_in_queue).
+#pragma once
+
+#include <kevlar/detail/engine.hpp>
+#include <kevlar/detail/trampoline.hpp>
+#include <kevlar/strategy.hpp>
+#include <kevlar/unpaired_semaphore.hpp>
+
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/prefer.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <cstddef>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace kevlar::detail {
+
+/// The io_context whose plain executor `call` runs on (its trampoline context), or nullptr (a
+/// strand, a thread pool, another executor).
+[[nodiscard]] inline boost::asio::io_context* plain_io_context(const CallBase& call) noexcept {
+  return static_cast<boost::asio::io_context*>(const_cast<void*>(call.trampoline_context()));
+}
+
+/// An asynchronous execution waiting for a permit of `Semaphore` (a BasicUnpairedSemaphore), when
+/// it runs on a plain io_context executor: the queue node, the delivery's storage and the work
+/// count live in the execution (CallBase::queue_wait_storage), so parking allocates nothing and
+/// builds no operation. What a general async_acquire (an AcquireOp) does with a handler, this does
+/// with the execution itself: the grant resumes it through CallBase::wait_completed, by the
+/// engine's grant trampoline when the releasing completion runs on the same io_context and thread,
+/// otherwise through that io_context's executor; an io_context destroyed with the delivery queued
+/// returns a granted permit and abandons the execution. The semaphore's rules are unchanged:
+/// FIFO, the cancellation race (through the execution's inline slot), close, never completing
+/// inside release() or close().
+///
+/// Layer::wait_in_queue (defined below) uses it; strategies call that.
+///
+/// Lifetime: start() constructs it in the execution; once it parked, the queue, then the delivery,
+/// own it (and the execution); it destroys itself just before it resumes or abandons the
+/// execution.
+template <class Semaphore>
+class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
+  using IoEx = boost::asio::io_context::executor_type;
+  using WorkEx = std::decay_t<decltype(boost::asio::prefer(
+      std::declval<const IoEx&>(), boost::asio::execution::outstanding_work.tracked))>;
+
+ public:
+  EmbeddedQueueWait(const EmbeddedQueueWait&) = delete;
+  EmbeddedQueueWait& operator=(const EmbeddedQueueWait&) = delete;
+
+  /// Parks `call`, an asynchronous execution on `context`'s plain executor, in `sem`'s queue
+  /// (returns true: the execution now belongs to the queue, and the waiting strategy returns
+  /// Step::suspend without touching it again), unless the ledger decides at once: then returns
+  /// false with `decided` set (no error: the permit is the caller's; closed; the ledger's
+  /// rejection), and nothing is left installed.
+  static bool start(Semaphore& sem, CallBase& call, boost::asio::io_context& context, void* storage,
+                    boost::system::error_code& decided) noexcept {
+    static_assert(sizeof(EmbeddedQueueWait) <= queue_wait_size &&
+                  alignof(EmbeddedQueueWait) <= alignof(std::max_align_t));
+    auto* self = ::new (storage) EmbeddedQueueWait(sem, call, context);
+    // The cancellation handler and the work count are in place before the node is visible: a
+    // release on another thread may deliver (and end the execution) as soon as it is linked. The
+    // work is counted only then, under the lock: a decision made at once must not give back a
+    // count that may be the io_context's last (that would stop a loop not yet running).
+    call.inline_slot().template emplace<CancelHandler>(self);
+    const Parked parked = SemaphoreAccess::park(sem, *self, [self, &context]() noexcept {
+      self->work_.emplace(boost::asio::prefer(context.get_executor(),
+                                              boost::asio::execution::outstanding_work.tracked));
+    });
+    if (parked.queued) return true;
+    call.inline_slot().clear();
+    self->~EmbeddedQueueWait();
+    decided = parked.ec;
+    return false;
+  }
+
+ private:
+  struct CancelHandler {
+    explicit CancelHandler(EmbeddedQueueWait* w) noexcept : wait(w) {}
+    EmbeddedQueueWait* wait;
+    void operator()(boost::asio::cancellation_type_t type) const noexcept {
+      using ct = boost::asio::cancellation_type;
+      if ((type & (ct::terminal | ct::partial | ct::total)) == ct::none) return;
+      SemaphoreAccess::cancel(*wait->sem_, *wait);
+    }
+  };
+
+  /// The function queued on the io_context (destroyed without running: abandon()).
+  using Delivery = WaiterDelivery<EmbeddedQueueWait>;
+  friend Delivery;
+
+  /// The queue's completion (a grant, a cancellation, close), after its lock: hands the result
+  /// to the trampoline when this thread runs the execution's io_context inside an engine entry
+  /// point of that context, otherwise to the io_context's executor.
+  static void on_complete(WaitNode* node, boost::system::error_code ec) noexcept {
+    auto* self = static_cast<EmbeddedQueueWait*>(node);
+    self->ec_ = ec;
+    if (trampoline_accepts(self->context_) &&
+        self->context_->get_executor().running_in_this_thread()) {
+      self->TrampolineJob::run = &EmbeddedQueueWait::run_inline;
+      self->TrampolineJob::runnable = &EmbeddedQueueWait::still_running_here;
+      self->TrampolineJob::reschedule = &EmbeddedQueueWait::reschedule_job;
+      trampoline_push(self);
+      return;
+    }
+    self->post();
+  }
+
+  void post() noexcept {
+    delivery_executor(context_->get_executor(), &reserve_).execute(Delivery{this});
+  }
+
+  static void run_inline(TrampolineJob* job) { static_cast<EmbeddedQueueWait*>(job)->deliver(); }
+  static bool still_running_here(const TrampolineJob* job) noexcept {
+    // As asio::dispatch asks: running on this thread is enough (see AcquireOp).
+    return static_cast<const EmbeddedQueueWait*>(job)
+        ->context_->get_executor()
+        .running_in_this_thread();
+  }
+  static void reschedule_job(TrampolineJob* job) noexcept {
+    static_cast<EmbeddedQueueWait*>(job)->post();
+  }
+
+  /// On the execution's io_context: resumes the waiting layer with the result. The wait (and its
+  /// work count) goes first: the delivery now running is counted by the scheduler until it
+  /// returns, and the execution's next queue wait may reuse the storage.
+  void deliver() {
+    CallBase* call = call_;
+    const boost::system::error_code ec = ec_;
+    this->~EmbeddedQueueWait();
+    call->wait_completed(ec);
+  }
+
+  /// The delivery was destroyed undelivered (its io_context shut down): this wait goes, then a
+  /// granted permit goes back (or on to the next waiter), then the execution is abandoned (ending
+  /// it may release the last reference to whatever owns the semaphore).
+  void abandon() noexcept {
+    Semaphore* sem = sem_;
+    CallBase* call = call_;
+    const bool owned_permit = !ec_;
+    this->~EmbeddedQueueWait();
+    if (owned_permit) (void)sem->release(1);
+    call->abandon_execution();
+  }
+
+  EmbeddedQueueWait(Semaphore& sem, CallBase& call, boost::asio::io_context& context) noexcept
+      : WaitNode(&EmbeddedQueueWait::on_complete), sem_(&sem), call_(&call), context_(&context) {}
+  ~EmbeddedQueueWait() = default;
+
+  Semaphore* sem_;
+  CallBase* call_;
+  boost::asio::io_context* context_;
+  std::optional<WorkEx> work_;  ///< while parked: the io_context's run() waits for the grant
+  DeliveryReserve reserve_;     ///< the io_context builds its wrapper of the delivery here
+  boost::system::error_code ec_;
+};
+
+}  // namespace kevlar::detail
+
+namespace kevlar {
+
+template <class Semaphore>
+inline std::optional<boost::system::error_code> Layer::wait_in_queue(Semaphore& semaphore) const {
+  // The pipeline keeps room for the wait (StrategyTraits::waits_in_queue) in asynchronous
+  // executions only: a synchronous one is refused on the general path.
+  if (void* storage = call_->queue_wait_storage()) [[likely]] {
+    if (boost::asio::io_context* context = detail::plain_io_context(*call_)) [[likely]] {
+      boost::system::error_code decided;
+      if (detail::EmbeddedQueueWait<Semaphore>::start(semaphore, *call_, *context, storage,
+                                                      decided)) {
+        return std::nullopt;  // the queue owns the execution until the grant (or its abort)
+      }
+      return decided;
+    }
+  }
+  wait_in_queue_elsewhere(semaphore);
+  return std::nullopt;
+}
+
+template <class Semaphore>
+void Layer::wait_in_queue_elsewhere(Semaphore& semaphore) const {
+  if (call_->synchronous()) {
+    throw std::logic_error(
+        "kevlar: Layer::wait_in_queue needs an asynchronous execution (block on the semaphore's "
+        "acquire_or_error in a synchronous one)");
+  }
+  semaphore.async_acquire(queue_wait_handler());
+}
+
+}  // namespace kevlar

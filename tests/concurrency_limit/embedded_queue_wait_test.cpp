@@ -1,0 +1,429 @@
+// Layer::wait_in_queue: an asynchronous execution on a plain io_context executor parks in a
+// semaphore's queue with its node, work count and delivery storage inside the execution
+// (detail/embedded_queue_wait.hpp). A strategy of the test's waits in a semaphore the test holds,
+// so that the decisions the limiter meets only in a race (a permit freed, the queue filled or the
+// semaphore closed between its lock-free checks and the lock) happen on demand. The limiter's own
+// tests (concurrency_limit_test.cpp) cover grants, cancellation, close, the trampoline and
+// undelivered grants through the strategy.
+#include "concurrency_limit/limiter_test_support.hpp"
+
+#include <kevlar/concurrency_limit.hpp>
+#include <kevlar/kevlar.hpp>
+#include <kevlar/unpaired_semaphore.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/append.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/execution/blocking.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/require.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kevlar {
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using Semaphore = BasicUnpairedSemaphore<LimiterLedger>;
+
+std::shared_ptr<ConcurrencyLimitStrategy> make_limiter(int max, int queue) {
+  ConcurrencyLimitOptions o;
+  o.max_concurrency = max;
+  o.max_queue = queue;
+  return ConcurrencyLimitStrategy::create(o);
+}
+
+/// Waits for a permit of `sem` in every execution, runs its inner part once it owns a permit and
+/// gives the permit back when the inner part completes. `embedded`: it declares
+/// StrategyTraits::waits_in_queue (otherwise wait_in_queue starts a general async_acquire).
+class Parking final : public Strategy {
+ public:
+  explicit Parking(Semaphore& sem, bool embedded = true) : sem_(sem), embedded_(embedded) {}
+  [[nodiscard]] std::string describe() const override { return "Parking"; }
+  [[nodiscard]] StrategyTraits traits() const noexcept override {
+    StrategyTraits t;
+    t.waits_in_queue = embedded_;
+    return t;
+  }
+  Step on_start(Layer& layer) override {
+    if (const auto decided = layer.wait_in_queue(sem_)) {
+      decided_at_once.push_back(*decided);
+      return owned(layer, *decided);
+    }
+    ++parked;
+    return Step::suspend;
+  }
+  Step on_wait_complete(Layer& layer, const error_code& ec) override {
+    delivered.push_back(ec);
+    return owned(layer, ec);
+  }
+  Step on_inner_complete(Layer& layer) override {
+    (void)layer;
+    (void)sem_.release();
+    return Step::complete;
+  }
+
+  int parked = 0;
+  std::vector<error_code> decided_at_once;
+  std::vector<error_code> delivered;
+
+ private:
+  static Step owned(Layer& layer, const error_code& ec) {
+    if (!ec) return Step::run_inner;
+    layer.outcome().set_error(ec);
+    return Step::complete;
+  }
+  Semaphore& sem_;
+  bool embedded_;
+};
+
+struct EmbeddedWaitTest : ::testing::Test {
+  asio::io_context ioc;
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(ioc);
+  test::ManualOps ops;
+  std::map<int, error_code> done;
+  auto handler(int id) {
+    return asio::bind_executor(ioc, [this, id](error_code ec, int) { done[id] = ec; });
+  }
+  std::shared_ptr<Parking> parking;
+  /// A shield whose one strategy waits in `sem`.
+  Shield over(Semaphore& sem, bool embedded = true) {
+    parking = std::make_shared<Parking>(sem, embedded);
+    return Shield{}.use(parking);
+  }
+  /// Completes the running call `id`, which gives its permit back, and checks that it succeeded.
+  void finish(int id) {
+    ops.complete(id);
+    ioc.poll();
+    EXPECT_FALSE(done.at(id)) << id;
+  }
+};
+
+TEST_F(EmbeddedWaitTest, AFreePermitIsTakenUnderTheLockWithoutParking) {
+  Semaphore sem(1U, 1U);
+  const Shield s = over(sem);
+  s.execute_async(ops.attempt(1), handler(1));
+  EXPECT_EQ(parking->parked, 0);
+  ASSERT_EQ(parking->decided_at_once.size(), 1U);
+  EXPECT_FALSE(parking->decided_at_once[0]);
+  EXPECT_TRUE(ops.pending(1)) << "the permit is the caller's: the operation starts at once";
+  EXPECT_EQ(sem.ledger().in_use(), 1U);
+  EXPECT_EQ(sem.waiting(), 0U);
+  finish(1);
+  EXPECT_EQ(sem.ledger().in_use(), 0U);
+}
+
+TEST_F(EmbeddedWaitTest, AFullQueueAndAClosedSemaphoreAreDecidedAtOnce) {
+  Semaphore sem(1U, 0U);
+  const Shield s = over(sem);
+  s.execute_async(ops.attempt(1), handler(1));  // takes the permit
+  s.execute_async(ops.attempt(2), handler(2));  // no room to queue
+  ASSERT_EQ(parking->decided_at_once.size(), 2U);
+  EXPECT_EQ(parking->decided_at_once[1], errc::concurrency_limit_exceeded);
+  EXPECT_EQ(parking->parked, 0);
+  sem.close();
+  s.execute_async(ops.attempt(3), handler(3));
+  ASSERT_EQ(parking->decided_at_once.size(), 3U);
+  EXPECT_EQ(parking->decided_at_once[2], errc::closed);
+  ioc.poll();
+  EXPECT_EQ(done.at(2), errc::concurrency_limit_exceeded);
+  EXPECT_EQ(done.at(3), errc::closed);
+  EXPECT_FALSE(ops.pending(2));
+  EXPECT_FALSE(ops.pending(3));
+  finish(1);
+  EXPECT_EQ(sem.ledger().in_use(), 0U);
+}
+
+TEST_F(EmbeddedWaitTest, AParkedExecutionIsGrantedByTheRelease) {
+  Semaphore sem(1U, 2U);
+  const Shield s = over(sem);
+  s.execute_async(ops.attempt(1), handler(1));
+  s.execute_async(ops.attempt(2), handler(2));
+  s.execute_async(ops.attempt(3), handler(3));
+  EXPECT_EQ(parking->parked, 2);
+  EXPECT_EQ(sem.waiting(), 2U);
+  ops.complete(1);
+  ioc.poll();  // 1 releases: 2 is granted, in FIFO order
+  ASSERT_EQ(parking->delivered.size(), 1U);
+  EXPECT_FALSE(parking->delivered[0]);
+  EXPECT_TRUE(ops.pending(2));
+  EXPECT_FALSE(ops.pending(3));
+  ops.complete(2);
+  ioc.poll();
+  EXPECT_TRUE(ops.pending(3));
+  ops.complete(3);
+  ioc.poll();
+  EXPECT_EQ(done.size(), 3U);
+  for (const auto& [id, ec] : done) EXPECT_FALSE(ec) << id;
+  EXPECT_EQ(sem.ledger().in_use(), 0U);
+  EXPECT_EQ(sem.waiting(), 0U);
+}
+
+TEST_F(EmbeddedWaitTest, ACancelledParkedExecutionLeavesTheQueueOwningNothing) {
+  Semaphore sem(1U, 1U);
+  const Shield s = over(sem);
+  s.execute_async(ops.attempt(1), handler(1));
+  asio::cancellation_signal cancel;
+  s.execute_async(ops.attempt(2), asio::bind_cancellation_slot(cancel.slot(), handler(2)));
+  ASSERT_EQ(parking->parked, 1);
+  cancel.emit(asio::cancellation_type::partial);
+  EXPECT_TRUE(parking->delivered.empty()) << "delivered inside the cancellation handler";
+  ioc.poll();
+  ASSERT_EQ(parking->delivered.size(), 1U);
+  EXPECT_EQ(parking->delivered[0], asio::error::operation_aborted);
+  EXPECT_EQ(done.at(2), asio::error::operation_aborted);
+  EXPECT_EQ(sem.waiting(), 0U);
+  ops.complete(1);
+  ioc.poll();
+  EXPECT_FALSE(ops.pending(2));
+  EXPECT_EQ(sem.ledger().in_use(), 0U) << "the release found nobody to grant";
+}
+
+// A decision made at once counts no work on the io_context: giving back a count that was its
+// last would stop a loop that is not running yet, and its run() would return without delivering.
+TEST(EmbeddedWait, ADecisionMadeAtOnceDoesNotStopAnIdleIoContext) {
+  asio::io_context ioc;  // no work guard, not running
+  test::ManualOps ops;
+  std::map<int, error_code> done;
+  Semaphore sem(1U, 1U);
+  auto parking = std::make_shared<Parking>(sem);
+  const Shield s = Shield{}.use(parking);
+  sem.close();
+  s.execute_async(ops.attempt(1),
+                  asio::bind_executor(ioc, [&](error_code ec, int) { done[1] = ec; }));
+  ASSERT_EQ(parking->decided_at_once.size(), 1U);
+  EXPECT_FALSE(ioc.stopped());
+  ioc.run();  // the refusal, posted because the call ended inside its initiation
+  EXPECT_EQ(done.at(1), errc::closed);
+}
+
+// The general wait (a strategy without StrategyTraits::waits_in_queue): an async_acquire whose
+// grant, made inside a completion on the same io_context, still runs through the trampoline.
+TEST_F(EmbeddedWaitTest, AGeneralWaitOnAnIoContextIsGrantedWithoutASchedulerHop) {
+  Semaphore sem(1U, 1U);
+  const Shield s = over(sem, false);
+  s.execute_async(ops.attempt(1), handler(1));
+  s.execute_async(ops.attempt(2), handler(2));
+  ioc.poll();  // 1 gets its permit through the executor; 2 is queued
+  ASSERT_TRUE(ops.pending(1));
+  EXPECT_TRUE(parking->decided_at_once.empty()) << "a general wait decides nothing at once";
+  EXPECT_EQ(sem.waiting(), 1U);
+  ops.complete(1);
+  EXPECT_EQ(ioc.poll_one(), 1U);
+  EXPECT_TRUE(ops.pending(2)) << "the grant waited for another handler";
+  finish(2);
+  EXPECT_EQ(parking->delivered.size(), 2U);
+  EXPECT_EQ(sem.ledger().in_use(), 0U);
+}
+
+// The grant has been made (its delivery is queued on the waiter's io_context) when the caller
+// cancels: the cancellation is too late, and the call runs owning the permit.
+TEST(EmbeddedWait, ACancellationAfterTheGrantLetsTheCallRun) {
+  auto limiter = make_limiter(1, 1);
+  const Shield s = Shield{}.use(limiter);
+  asio::io_context holder_ctx;
+  asio::io_context waiter_ctx;
+  auto w1 = asio::make_work_guard(holder_ctx);
+  auto w2 = asio::make_work_guard(waiter_ctx);
+  test::ManualOps ops;
+  std::map<int, error_code> done;
+  asio::cancellation_signal cancel;
+  s.execute_async(ops.attempt(1),
+                  asio::bind_executor(holder_ctx, [&](error_code ec, int) { done[1] = ec; }));
+  s.execute_async(ops.attempt(2),
+                  asio::bind_cancellation_slot(
+                      cancel.slot(),
+                      asio::bind_executor(waiter_ctx, [&](error_code ec, int) { done[2] = ec; })));
+  ASSERT_EQ(limiter->state().queued, 1U);
+  ops.complete(1);
+  holder_ctx.poll();  // 1 releases: the grant goes to waiter_ctx, not delivered yet
+  ASSERT_EQ(limiter->state().queued, 0U);
+  cancel.emit(asio::cancellation_type::terminal);
+  waiter_ctx.poll();
+  ASSERT_TRUE(ops.pending(2)) << "a cancellation after the grant stopped the call";
+  EXPECT_EQ(limiter->state().running, 1U);
+  ops.complete(2);
+  waiter_ctx.poll();
+  EXPECT_FALSE(done.at(2));
+  EXPECT_EQ(limiter->state().running, 0U);
+}
+
+// A coroutine's handler carries an any_io_executor holding the io_context's executor: its queue
+// wait is the embedded one too.
+TEST_F(EmbeddedWaitTest, ACoroutineQueuesAndIsGranted) {
+  Semaphore sem(1U, 1U);
+  const Shield s = over(sem);
+  s.execute_async(ops.attempt(1), handler(1));
+  int value = 0;
+  bool ended = false;
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        value = co_await s.execute_async(ops.attempt(2), asio::use_awaitable);
+        ended = true;
+      },
+      asio::detached);
+  ioc.poll();
+  EXPECT_EQ(parking->parked, 1);
+  ops.complete(1);
+  ioc.poll();
+  ASSERT_EQ(parking->delivered.size(), 1U);
+  EXPECT_FALSE(parking->delivered[0]);
+  ops.complete(2, {}, 42);
+  ioc.poll();
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(value, 42);
+  EXPECT_EQ(sem.ledger().in_use(), 0U);
+}
+
+// An executor with properties of its own (here blocking.never) is not the plain io_context
+// executor: the wait is the general one, delivered through that executor.
+TEST_F(EmbeddedWaitTest, AnExecutorWithPropertiesGetsTheGeneralWait) {
+  Semaphore sem(1U, 1U);
+  const Shield s = over(sem);
+  const auto never = asio::require(ioc.get_executor(), asio::execution::blocking.never);
+  s.execute_async(ops.attempt(1), handler(1));
+  s.execute_async(ops.attempt(2),
+                  asio::bind_executor(never, [this](error_code ec, int) { done[2] = ec; }));
+  EXPECT_EQ(parking->parked, 1);
+  EXPECT_EQ(sem.waiting(), 1U);
+  ops.complete(1);
+  ioc.poll();
+  ASSERT_EQ(parking->delivered.size(), 1U);
+  EXPECT_TRUE(ops.pending(2));
+  finish(2);
+  EXPECT_EQ(sem.ledger().in_use(), 0U);
+}
+
+TEST_F(EmbeddedWaitTest, ASynchronousExecutionCannotWaitInAQueue) {
+  Semaphore sem(1U, 1U);
+  const Shield s = over(sem);
+  EXPECT_THROW(s.execute([] { return 1; }), std::logic_error);
+  EXPECT_EQ(sem.ledger().in_use(), 0U);
+}
+
+// One execution queues at two limiters in turn: its second wait is built where the first was.
+TEST_F(EmbeddedWaitTest, AnExecutionQueuedAtTwoLimitersInTurnIsGrantedByEach) {
+  auto outer = make_limiter(1, 1);
+  auto inner = make_limiter(1, 1);
+  const Shield both = Shield{}.use(outer).use(inner);
+  const Shield outer_only = Shield{}.use(outer);
+  const Shield inner_only = Shield{}.use(inner);
+  outer_only.execute_async(ops.attempt(1), handler(1));  // holds the outer permit
+  inner_only.execute_async(ops.attempt(2), handler(2));  // holds the inner permit
+  both.execute_async(ops.attempt(3), handler(3));        // queues at the outer limiter
+  EXPECT_EQ(outer->state().queued, 1U);
+  ops.complete(1);
+  ioc.poll();  // 3 passes the outer limiter and queues at the inner one
+  EXPECT_EQ(outer->state().running, 1U);
+  EXPECT_EQ(outer->state().queued, 0U);
+  EXPECT_EQ(inner->state().queued, 1U);
+  EXPECT_FALSE(ops.pending(3));
+  ops.complete(2);
+  ioc.poll();
+  ASSERT_TRUE(ops.pending(3));
+  ops.complete(3, {}, 7);
+  ioc.poll();
+  EXPECT_EQ(done.size(), 3U);
+  for (const auto& [id, ec] : done) EXPECT_FALSE(ec) << id;
+  EXPECT_EQ(outer->state().running, 0U);
+  EXPECT_EQ(inner->state().running, 0U);
+}
+
+// A handler bound to a strand has no plain io_context executor: its queue wait is the general
+// one, and the grant runs the call on that strand.
+TEST_F(EmbeddedWaitTest, AQueuedCallOnAStrandIsGrantedOnTheStrand) {
+  auto limiter = make_limiter(1, 1);
+  const Shield s = Shield{}.use(limiter);
+  auto strand = asio::make_strand(ioc);
+  s.execute_async(ops.attempt(1), handler(1));
+  bool on_strand = false;
+  s.execute_async(
+      [&](auto token) {
+        on_strand = strand.running_in_this_thread();
+        return ops.attempt(2)(std::move(token));
+      },
+      asio::bind_executor(strand, [this](error_code ec, int) { done[2] = ec; }));
+  EXPECT_EQ(limiter->state().queued, 1U);
+  ops.complete(1);
+  ioc.poll();
+  ASSERT_TRUE(ops.pending(2));
+  EXPECT_TRUE(on_strand);
+  ops.complete(2);
+  ioc.poll();
+  EXPECT_FALSE(done.at(2));
+  EXPECT_EQ(limiter->state().running, 0U);
+}
+
+/// Two threads running one io_context, plain executors: grants cross threads (through the
+/// io_context) or run on the releasing thread (the trampoline), and a release may free a permit
+/// between a call's lock-free checks and its lock. Operations complete through the io_context, so
+/// without the limiter many would be in flight at once: never more than `limit` run, every call
+/// completes once, full capacity at the end (run under ThreadSanitizer in CI).
+TEST(EmbeddedWaitStress, TwoThreadsOnOneIoContextConservePermits) {
+  constexpr int calls = 400;
+  asio::io_context ioc(2);
+  auto limiter = make_limiter(2, 8);
+  const Shield s = Shield{}.use(limiter);
+  std::atomic<int> in_flight{0}, peak{0}, completed{0}, rejected{0};
+  auto guard = asio::make_work_guard(ioc);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) threads.emplace_back([&] { ioc.run(); });
+  for (int i = 0; i < calls; ++i) {
+    asio::post(ioc, [&] {
+      s.execute_async(
+          [&](auto token) {
+            return asio::async_initiate<decltype(token), void(error_code, int)>(
+                [&](auto handler) {
+                  const int now = ++in_flight;
+                  int p = peak.load();
+                  while (now > p && !peak.compare_exchange_weak(p, now)) {
+                  }
+                  auto ex = asio::get_associated_executor(handler);
+                  asio::post(ex, [&, h = std::move(handler)]() mutable {
+                    --in_flight;  // the operation ends here, before the limiter hears of it
+                    std::move(h)(error_code(), 1);
+                  });
+                },
+                token);
+          },
+          asio::bind_executor(ioc, [&](error_code ec, int) {
+            if (ec == errc::concurrency_limit_exceeded) ++rejected;
+            ++completed;
+          }));
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (completed.load() < calls && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  guard.reset();
+  if (completed.load() < calls) ioc.stop();  // a lost call: fail instead of hanging
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(completed.load(), calls);
+  EXPECT_LE(peak.load(), 2);
+  EXPECT_LT(rejected.load(), calls);
+  const auto st = limiter->state();
+  EXPECT_EQ(st.running, 0U);
+  EXPECT_EQ(st.queued, 0U);
+  EXPECT_EQ(st.available, 2U);
+}
+
+}  // namespace
+}  // namespace kevlar
