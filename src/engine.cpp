@@ -91,6 +91,10 @@ inline Step CallBase::dispatch_wait_complete(std::size_t index,
 Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
   (void)index;
   outcome_.set_exception(std::move(ep));
+  // A queue wait the callback prepared before it threw is never parked.
+  if (async_ != nullptr && async_->queue_wait != nullptr) [[unlikely]] {
+    std::exchange(async_->queue_wait, nullptr)->discard(queue_wait_storage());
+  }
   return Step::complete;
 }
 
@@ -178,7 +182,10 @@ EngineAction CallBase::advance(Step step) {
             continue;
           }
         }
-        // The strategy's wait handler now owns the execution, or the parked layer's attempts do.
+        // A queue wait the layer prepared: parked by the shell, after which nothing may read the
+        // execution. Otherwise the strategy's wait handler owns it, or the parked layer's
+        // attempts do.
+        if (async_ != nullptr && async_->queue_wait != nullptr) return EngineAction::park;
         return EngineAction::pending;
     }
   }
@@ -289,6 +296,15 @@ Step CallBase::sync_wait(std::size_t index, Step step) {
         continue;
       case EngineAction::pending:
         return;
+      case EngineAction::park: {
+        boost::system::error_code decided;
+        const QueueWaitOps* ops = std::exchange(async_->queue_wait, nullptr);
+        if (ops->park(queue_wait_storage(), decided)) return;  // the queue owns the execution
+        // Decided under the semaphore's lock (a permit came free, the queue is full, closed): the
+        // layer hears of it now, without a hop.
+        action = wait_done(decided);
+        continue;
+      }
       case EngineAction::deliver:
         if (pipeline_->observes_executions && first_ == 0) observe_finish();
         deliver();  // the execution is destroyed here

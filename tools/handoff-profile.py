@@ -90,7 +90,7 @@ RULES = [
     # The semaphores' wait paths.
     ("publication", r"BasicUnpairedSemaphore::(start_acquire|park$|Initiation::|async_acquire$|"
      r"AcquireOp::(create|install|track_work|AcquireOp$|CancelHandler))", None, None),
-    ("publication", r"(EmbeddedQueueWait::(start$|EmbeddedQueueWait$|CancelHandler)|"
+    ("publication", r"(EmbeddedQueueWait::(prepare$|park$|discard$|EmbeddedQueueWait$|CancelHandler)|"
      r"SemaphoreAccess::park$|^kevlar::detail::plain_io_context$)", None, None),
     ("publication", r"MutexDequeSemaphore::(start$|async_acquire$|Node::Node$|Cancel::Cancel$)",
      None, None),

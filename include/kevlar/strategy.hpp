@@ -65,8 +65,9 @@ struct StrategyTraits {
   bool asynchronous_only = false;
   /// True if the strategy parks executions with Layer::wait_in_queue (the concurrency limit, the
   /// rate limit): an asynchronous execution of a shield holding it keeps room for one wait in its
-  /// own block (224 bytes), so that parking on an io_context allocates nothing. Without it,
-  /// wait_in_queue starts a general async_acquire (one operation block per wait).
+  /// own block (224 bytes), so that parking on an io_context allocates nothing. The room serves
+  /// every layer of the shield; in a shield where no strategy declares it, wait_in_queue starts a
+  /// general async_acquire (one operation block per wait).
   bool waits_in_queue = false;
   /// A handling clause of the strategy's own (its options' `handles`), used instead of the ambient
   /// clause (Shield::when) wherever the strategy is added; null: the ambient one. Chain validation
@@ -299,32 +300,30 @@ class Layer {
 
   /// Asynchronous executions: waits in the queue of `semaphore`, a kevlar::BasicUnpairedSemaphore
   /// (the concurrency limit's, the rate limit's turn), for one permit. Defined in
-  /// <kevlar/unpaired_semaphore.hpp>.
-  ///
-  /// Returns std::nullopt when the execution is parked: return Step::suspend; on_wait_complete
-  /// receives the result (no error: the permit is this execution's; `operation_aborted` if it was
-  /// cancelled while queued; `errc::closed`; the ledger's rejection code).
+  /// <kevlar/unpaired_semaphore.hpp>. Call it once and return Step::suspend at once;
+  /// on_wait_complete receives the result (no error: the permit is this execution's;
+  /// `operation_aborted` if it was cancelled while queued; `errc::closed`; the ledger's rejection
+  /// code).
   ///
   /// The embedded wait: when the execution runs on a plain io_context executor (or an
-  /// any_io_executor holding one) and the strategy declares StrategyTraits::waits_in_queue, the
-  /// wait lives in the execution: parking allocates nothing and builds no operation. A decision
-  /// the semaphore makes at once under its lock (a permit came free since a try_acquire, the
-  /// queue is full, it is closed) is then returned instead of std::nullopt: go on as
-  /// on_wait_complete would, without suspending. A grant made by a release inside the completion
-  /// of a kevlar execution on the same io_context and thread runs through kevlar's grant
-  /// trampoline, right after that completion (no scheduler hop); other results go through the
-  /// io_context's executor.
+  /// any_io_executor holding one) and a strategy of the shield declares
+  /// StrategyTraits::waits_in_queue, the
+  /// wait lives in the execution (no allocation, no operation) and the engine parks it once this
+  /// callback has returned. A decision the semaphore makes then under its lock (a permit came
+  /// free since a try_acquire, the queue is full, it is closed) reaches on_wait_complete at once,
+  /// without a hop. A grant made by a release inside the completion of a kevlar execution on the
+  /// same io_context and thread runs through kevlar's grant trampoline, right after that
+  /// completion (no scheduler hop); other results go through the io_context's executor.
   ///
   /// Otherwise (a strand, a thread pool, no trait) it is
-  /// `semaphore.async_acquire(queue_wait_handler())`: always std::nullopt, every result through
-  /// on_wait_complete. Either way the semaphore's rules hold: FIFO, cancellation through the
+  /// `semaphore.async_acquire(queue_wait_handler())`, every result delivered through the
+  /// execution's executor. Either way the semaphore's rules hold: FIFO, cancellation through the
   /// execution's slot until the grant, no result inside release() or close(), and a grant whose
   /// executor shuts down undelivered goes back to the semaphore. Throws std::logic_error in a
   /// synchronous execution (block on `semaphore.acquire_or_error(context().stop_token())`
   /// there).
   template <class Semaphore>
-  [[nodiscard, gnu::always_inline]] std::optional<boost::system::error_code> wait_in_queue(
-      Semaphore& semaphore) const;
+  [[gnu::always_inline]] void wait_in_queue(Semaphore& semaphore) const;
 
   /// Asynchronous executions: the executor the execution's completions run on.
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept {

@@ -18,11 +18,11 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/execution/blocking.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/require.hpp>
+#include <boost/asio/prefer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -33,6 +33,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace kevlar {
@@ -62,11 +63,8 @@ class Parking final : public Strategy {
     return t;
   }
   Step on_start(Layer& layer) override {
-    if (const auto decided = layer.wait_in_queue(sem_)) {
-      decided_at_once.push_back(*decided);
-      return owned(layer, *decided);
-    }
-    ++parked;
+    layer.wait_in_queue(sem_);
+    if (throw_after_waiting) throw std::runtime_error("after wait_in_queue");
     return Step::suspend;
   }
   Step on_wait_complete(Layer& layer, const error_code& ec) override {
@@ -79,9 +77,10 @@ class Parking final : public Strategy {
     return Step::complete;
   }
 
-  int parked = 0;
-  std::vector<error_code> decided_at_once;
+  /// Every result on_wait_complete received, in order.
   std::vector<error_code> delivered;
+  /// on_start throws once it has asked for the wait.
+  bool throw_after_waiting = false;
 
  private:
   static Step owned(Layer& layer, const error_code& ec) {
@@ -119,9 +118,8 @@ TEST_F(EmbeddedWaitTest, AFreePermitIsTakenUnderTheLockWithoutParking) {
   Semaphore sem(1U, 1U);
   const Shield s = over(sem);
   s.execute_async(ops.attempt(1), handler(1));
-  EXPECT_EQ(parking->parked, 0);
-  ASSERT_EQ(parking->decided_at_once.size(), 1U);
-  EXPECT_FALSE(parking->decided_at_once[0]);
+  ASSERT_EQ(parking->delivered.size(), 1U) << "a decision made at once waited for a hop";
+  EXPECT_FALSE(parking->delivered[0]);
   EXPECT_TRUE(ops.pending(1)) << "the permit is the caller's: the operation starts at once";
   EXPECT_EQ(sem.ledger().in_use(), 1U);
   EXPECT_EQ(sem.waiting(), 0U);
@@ -134,13 +132,13 @@ TEST_F(EmbeddedWaitTest, AFullQueueAndAClosedSemaphoreAreDecidedAtOnce) {
   const Shield s = over(sem);
   s.execute_async(ops.attempt(1), handler(1));  // takes the permit
   s.execute_async(ops.attempt(2), handler(2));  // no room to queue
-  ASSERT_EQ(parking->decided_at_once.size(), 2U);
-  EXPECT_EQ(parking->decided_at_once[1], errc::concurrency_limit_exceeded);
-  EXPECT_EQ(parking->parked, 0);
+  ASSERT_EQ(parking->delivered.size(), 2U);
+  EXPECT_EQ(parking->delivered[1], errc::concurrency_limit_exceeded);
+  EXPECT_EQ(sem.waiting(), 0U);
   sem.close();
   s.execute_async(ops.attempt(3), handler(3));
-  ASSERT_EQ(parking->decided_at_once.size(), 3U);
-  EXPECT_EQ(parking->decided_at_once[2], errc::closed);
+  ASSERT_EQ(parking->delivered.size(), 3U);
+  EXPECT_EQ(parking->delivered[2], errc::closed);
   ioc.poll();
   EXPECT_EQ(done.at(2), errc::concurrency_limit_exceeded);
   EXPECT_EQ(done.at(3), errc::closed);
@@ -156,12 +154,12 @@ TEST_F(EmbeddedWaitTest, AParkedExecutionIsGrantedByTheRelease) {
   s.execute_async(ops.attempt(1), handler(1));
   s.execute_async(ops.attempt(2), handler(2));
   s.execute_async(ops.attempt(3), handler(3));
-  EXPECT_EQ(parking->parked, 2);
+  EXPECT_EQ(parking->delivered.size(), 1U);  // 1 took the free permit at once
   EXPECT_EQ(sem.waiting(), 2U);
   ops.complete(1);
   ioc.poll();  // 1 releases: 2 is granted, in FIFO order
-  ASSERT_EQ(parking->delivered.size(), 1U);
-  EXPECT_FALSE(parking->delivered[0]);
+  ASSERT_EQ(parking->delivered.size(), 2U);
+  EXPECT_FALSE(parking->delivered[1]);
   EXPECT_TRUE(ops.pending(2));
   EXPECT_FALSE(ops.pending(3));
   ops.complete(2);
@@ -181,12 +179,12 @@ TEST_F(EmbeddedWaitTest, ACancelledParkedExecutionLeavesTheQueueOwningNothing) {
   s.execute_async(ops.attempt(1), handler(1));
   asio::cancellation_signal cancel;
   s.execute_async(ops.attempt(2), asio::bind_cancellation_slot(cancel.slot(), handler(2)));
-  ASSERT_EQ(parking->parked, 1);
+  ASSERT_EQ(sem.waiting(), 1U);
   cancel.emit(asio::cancellation_type::partial);
-  EXPECT_TRUE(parking->delivered.empty()) << "delivered inside the cancellation handler";
+  EXPECT_EQ(parking->delivered.size(), 1U) << "delivered inside the cancellation handler";
   ioc.poll();
-  ASSERT_EQ(parking->delivered.size(), 1U);
-  EXPECT_EQ(parking->delivered[0], asio::error::operation_aborted);
+  ASSERT_EQ(parking->delivered.size(), 2U);
+  EXPECT_EQ(parking->delivered[1], asio::error::operation_aborted);
   EXPECT_EQ(done.at(2), asio::error::operation_aborted);
   EXPECT_EQ(sem.waiting(), 0U);
   ops.complete(1);
@@ -207,10 +205,39 @@ TEST(EmbeddedWait, ADecisionMadeAtOnceDoesNotStopAnIdleIoContext) {
   sem.close();
   s.execute_async(ops.attempt(1),
                   asio::bind_executor(ioc, [&](error_code ec, int) { done[1] = ec; }));
-  ASSERT_EQ(parking->decided_at_once.size(), 1U);
+  ASSERT_EQ(parking->delivered.size(), 1U);
   EXPECT_FALSE(ioc.stopped());
-  ioc.run();  // the refusal, posted because the call ended inside its initiation
+  // The refusal, posted because the call ended inside its initiation (bounded: a leaked work
+  // count would keep run() waiting).
+  ioc.run_for(std::chrono::seconds(10));
   EXPECT_EQ(done.at(1), errc::closed);
+}
+
+// While parked, the wait counts work on the io_context: a loop with nothing else to do keeps
+// running until the grant has been delivered, and not after.
+TEST(EmbeddedWait, AParkedCallKeepsItsIoContextFromRunningOutOfWork) {
+  asio::io_context ioc;  // no work guard
+  test::ManualOps ops;   // its operations hold no work either
+  std::map<int, error_code> done;
+  Semaphore sem(1U, 1U);
+  const Shield s = Shield{}.use(std::make_shared<Parking>(sem));
+  const auto handler = [&](int id) {
+    return asio::bind_executor(ioc, [&done, id](error_code ec, int) { done[id] = ec; });
+  };
+  s.execute_async(ops.attempt(1), handler(1));  // takes the permit at once
+  s.execute_async(ops.attempt(2), handler(2));  // parks
+  ASSERT_EQ(sem.waiting(), 1U);
+  ioc.poll();
+  EXPECT_FALSE(ioc.stopped()) << "the parked call's wait counted no work";
+  ops.complete(1);
+  ioc.poll();  // 1 completes and releases: 2 is granted and its operation starts
+  ASSERT_TRUE(ops.pending(2));
+  EXPECT_TRUE(ioc.stopped()) << "the delivered wait kept its work count";
+  ioc.restart();
+  ops.complete(2);
+  ioc.poll();
+  EXPECT_FALSE(done.at(2));
+  EXPECT_EQ(sem.ledger().in_use(), 0U);
 }
 
 // The general wait (a strategy without StrategyTraits::waits_in_queue): an async_acquire whose
@@ -220,9 +247,10 @@ TEST_F(EmbeddedWaitTest, AGeneralWaitOnAnIoContextIsGrantedWithoutASchedulerHop)
   const Shield s = over(sem, false);
   s.execute_async(ops.attempt(1), handler(1));
   s.execute_async(ops.attempt(2), handler(2));
+  EXPECT_TRUE(parking->delivered.empty()) << "a general wait delivers through the executor";
   ioc.poll();  // 1 gets its permit through the executor; 2 is queued
   ASSERT_TRUE(ops.pending(1));
-  EXPECT_TRUE(parking->decided_at_once.empty()) << "a general wait decides nothing at once";
+  EXPECT_EQ(parking->delivered.size(), 1U);  // 1's permit, through the executor
   EXPECT_EQ(sem.waiting(), 1U);
   ops.complete(1);
   EXPECT_EQ(ioc.poll_one(), 1U);
@@ -280,11 +308,12 @@ TEST_F(EmbeddedWaitTest, ACoroutineQueuesAndIsGranted) {
       },
       asio::detached);
   ioc.poll();
-  EXPECT_EQ(parking->parked, 1);
+  EXPECT_EQ(sem.waiting(), 1U);
   ops.complete(1);
-  ioc.poll();
-  ASSERT_EQ(parking->delivered.size(), 1U);
-  EXPECT_FALSE(parking->delivered[0]);
+  EXPECT_EQ(ioc.poll_one(), 1U);
+  EXPECT_TRUE(ops.pending(2)) << "the coroutine's grant waited for another handler";
+  ASSERT_EQ(parking->delivered.size(), 2U);
+  EXPECT_FALSE(parking->delivered[1]);
   ops.complete(2, {}, 42);
   ioc.poll();
   EXPECT_TRUE(ended);
@@ -292,23 +321,43 @@ TEST_F(EmbeddedWaitTest, ACoroutineQueuesAndIsGranted) {
   EXPECT_EQ(sem.ledger().in_use(), 0U);
 }
 
-// An executor with properties of its own (here blocking.never) is not the plain io_context
-// executor: the wait is the general one, delivered through that executor.
-TEST_F(EmbeddedWaitTest, AnExecutorWithPropertiesGetsTheGeneralWait) {
+// An io_context executor of another type (here one that tracks work) is not the plain one: the
+// wait is the general one, delivered through that executor, not by the grant trampoline.
+TEST_F(EmbeddedWaitTest, AnExecutorOfAnotherTypeGetsTheGeneralWait) {
   Semaphore sem(1U, 1U);
   const Shield s = over(sem);
-  const auto never = asio::require(ioc.get_executor(), asio::execution::blocking.never);
+  const auto tracked = asio::prefer(ioc.get_executor(), asio::execution::outstanding_work.tracked);
+  static_assert(!std::is_same_v<std::decay_t<decltype(tracked)>, asio::io_context::executor_type>);
   s.execute_async(ops.attempt(1), handler(1));
   s.execute_async(ops.attempt(2),
-                  asio::bind_executor(never, [this](error_code ec, int) { done[2] = ec; }));
-  EXPECT_EQ(parking->parked, 1);
+                  asio::bind_executor(tracked, [this](error_code ec, int) { done[2] = ec; }));
   EXPECT_EQ(sem.waiting(), 1U);
   ops.complete(1);
+  EXPECT_EQ(ioc.poll_one(), 1U);  // 1's completion: the grant is submitted through `tracked`
+  EXPECT_FALSE(ops.pending(2)) << "the grant skipped the executor the call is bound to";
   ioc.poll();
-  ASSERT_EQ(parking->delivered.size(), 1U);
+  ASSERT_EQ(parking->delivered.size(), 2U);
   EXPECT_TRUE(ops.pending(2));
   finish(2);
   EXPECT_EQ(sem.ledger().in_use(), 0U);
+}
+
+// The wait is parked only once the callback has returned Step::suspend: a callback that throws
+// after asking for it leaves nothing in the queue, and the call fails with its exception.
+TEST_F(EmbeddedWaitTest, ACallbackThatThrowsAfterAskingForTheWaitParksNothing) {
+  Semaphore sem(1U, 1U);
+  const Shield s = over(sem);
+  parking->throw_after_waiting = true;
+  s.execute_async(ops.attempt(1), handler(1));
+  ioc.poll();
+  EXPECT_EQ(done.at(1), errc::callback_exception);
+  EXPECT_TRUE(parking->delivered.empty());
+  EXPECT_EQ(sem.waiting(), 0U);
+  EXPECT_EQ(sem.ledger().in_use(), 0U) << "the discarded wait took a permit";
+  parking->throw_after_waiting = false;  // the execution's room serves the next call
+  s.execute_async(ops.attempt(2), handler(2));
+  EXPECT_TRUE(ops.pending(2));
+  finish(2);
 }
 
 TEST_F(EmbeddedWaitTest, ASynchronousExecutionCannotWaitInAQueue) {

@@ -41,9 +41,11 @@ namespace kevlar::detail {
 ///
 /// Layer::wait_in_queue (defined below) uses it; strategies call that.
 ///
-/// Lifetime: start() constructs it in the execution; once it parked, the queue, then the delivery,
-/// own it (and the execution); it destroys itself just before it resumes or abandons the
-/// execution.
+/// Lifetime: prepare() constructs it in the execution; the engine parks it once the layer's
+/// callback has returned Step::suspend (or discards it, if the callback threw); once parked, the
+/// queue, then the delivery, own it (and the execution); it destroys itself just before it
+/// resumes or abandons the execution. A decision the semaphore makes at once destroys it at the
+/// park, and the engine hands the result to the layer's on_wait_complete there.
 template <class Semaphore>
 class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
   using IoEx = boost::asio::io_context::executor_type;
@@ -54,23 +56,30 @@ class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
   EmbeddedQueueWait(const EmbeddedQueueWait&) = delete;
   EmbeddedQueueWait& operator=(const EmbeddedQueueWait&) = delete;
 
-  /// Parks `call`, an asynchronous execution on `context`'s plain executor, in `sem`'s queue
-  /// (returns true: the execution now belongs to the queue, and the waiting strategy returns
-  /// Step::suspend without touching it again), unless the ledger decides at once: then returns
-  /// false with `decided` set (no error: the permit is the caller's; closed; the ledger's
-  /// rejection), and nothing is left installed.
-  static bool start(Semaphore& sem, CallBase& call, boost::asio::io_context& context, void* storage,
-                    boost::system::error_code& decided) noexcept {
+  /// Prepares a wait of `call`, an asynchronous execution on `context`'s plain executor, for a
+  /// permit of `sem`, in `storage` (CallBase::queue_wait_storage), and hands it to the engine,
+  /// which parks it once the layer's callback has returned Step::suspend.
+  static void prepare(Semaphore& sem, CallBase& call, boost::asio::io_context& context,
+                      void* storage) noexcept {
     static_assert(sizeof(EmbeddedQueueWait) <= queue_wait_size &&
                   alignof(EmbeddedQueueWait) <= alignof(std::max_align_t));
-    auto* self = ::new (storage) EmbeddedQueueWait(sem, call, context);
-    // The cancellation handler and the work count are in place before the node is visible: a
-    // release on another thread may deliver (and end the execution) as soon as it is linked. The
-    // work is counted only then, under the lock: a decision made at once must not give back a
-    // count that may be the io_context's last (that would stop a loop not yet running).
+    ::new (storage) EmbeddedQueueWait(sem, call, context);
+    call.prepare_queue_wait(&ops);
+  }
+
+ private:
+  /// The engine parks the wait once the callback has returned: a release on another thread may
+  /// deliver (and end the execution) as soon as the node is linked, so the engine reads nothing
+  /// of the execution after a successful park. The cancellation handler is in place before the
+  /// node is visible; the work count is taken under the lock, only when the node is linked: a
+  /// decision made at once must not give back a count that may be the io_context's last (that
+  /// would stop a loop not yet running).
+  static bool park(void* storage, boost::system::error_code& decided) noexcept {
+    auto* self = static_cast<EmbeddedQueueWait*>(storage);
+    CallBase& call = *self->call_;
     call.inline_slot().template emplace<CancelHandler>(self);
-    const Parked parked = SemaphoreAccess::park(sem, *self, [self, &context]() noexcept {
-      self->work_.emplace(boost::asio::prefer(context.get_executor(),
+    const Parked parked = SemaphoreAccess::park(*self->sem_, *self, [self]() noexcept {
+      self->work_.emplace(boost::asio::prefer(self->context_->get_executor(),
                                               boost::asio::execution::outstanding_work.tracked));
     });
     if (parked.queued) return true;
@@ -79,8 +88,11 @@ class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
     decided = parked.ec;
     return false;
   }
+  static void discard(void* storage) noexcept {
+    static_cast<EmbeddedQueueWait*>(storage)->~EmbeddedQueueWait();
+  }
+  static constexpr QueueWaitOps ops{&EmbeddedQueueWait::park, &EmbeddedQueueWait::discard};
 
- private:
   struct CancelHandler {
     explicit CancelHandler(EmbeddedQueueWait* w) noexcept : wait(w) {}
     EmbeddedQueueWait* wait;
@@ -166,21 +178,16 @@ class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
 namespace kevlar {
 
 template <class Semaphore>
-inline std::optional<boost::system::error_code> Layer::wait_in_queue(Semaphore& semaphore) const {
+inline void Layer::wait_in_queue(Semaphore& semaphore) const {
   // The pipeline keeps room for the wait (StrategyTraits::waits_in_queue) in asynchronous
   // executions only: a synchronous one is refused on the general path.
   if (void* storage = call_->queue_wait_storage()) [[likely]] {
     if (boost::asio::io_context* context = detail::plain_io_context(*call_)) [[likely]] {
-      boost::system::error_code decided;
-      if (detail::EmbeddedQueueWait<Semaphore>::start(semaphore, *call_, *context, storage,
-                                                      decided)) {
-        return std::nullopt;  // the queue owns the execution until the grant (or its abort)
-      }
-      return decided;
+      detail::EmbeddedQueueWait<Semaphore>::prepare(semaphore, *call_, *context, storage);
+      return;
     }
   }
   wait_in_queue_elsewhere(semaphore);
-  return std::nullopt;
 }
 
 template <class Semaphore>

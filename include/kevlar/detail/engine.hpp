@@ -13,6 +13,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
+#include <boost/assert.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -204,6 +205,16 @@ struct Attempts {
   bool abandoned = false;
 };
 
+/// How the engine parks, or discards, the queue wait a layer prepared in the execution
+/// (detail/embedded_queue_wait.hpp, Layer::wait_in_queue).
+struct QueueWaitOps {
+  /// Links the wait prepared in `storage`: true if it is queued (from then on the queue owns the
+  /// execution), false with `decided` set if the semaphore decided at once (nothing left behind).
+  bool (*park)(void* storage, boost::system::error_code& decided) noexcept;
+  /// Destroys a prepared wait that will not be parked (its layer's callback threw).
+  void (*discard)(void* storage) noexcept;
+};
+
 /// What only an asynchronous execution needs to run its pending steps: the signal forwarding
 /// cancellation to the pending step, the inline slot of kevlar's own queue waits, the timer of
 /// Step::wait, and the attempts a layer runs at once. It lives in the asynchronous execution's
@@ -213,6 +224,10 @@ struct AsyncSteps {
   InlineCancellation inline_cancellation;
   std::unique_ptr<ClockTimer> timer;
   Attempts attempts;
+  /// The queue wait a layer prepared and returned Step::suspend for: the engine parks it once the
+  /// callback has returned (EngineAction::park), so that nothing reads the execution after another
+  /// thread may have resumed it.
+  const QueueWaitOps* queue_wait = nullptr;
 };
 
 /// What the engine's machine (CallBase::advance) asks its shell to do next. The synchronous shell
@@ -220,10 +235,11 @@ struct AsyncSteps {
 /// back to the machine as the next event.
 enum class EngineAction : unsigned char {
   start_operation,  ///< run the user's operation once (Context::attempt() is counted already)
-  wait,             ///< wait until the wait deadline for the layer at the current depth (Step::wait)
-  pending,          ///< a strategy's own wait or the attempts of a parked layer own the execution
-  deliver,          ///< the execution completed: its outcome is the caller's
-  abandon,          ///< an attempt of the parked layer was abandoned: the execution never completes
+  wait,     ///< wait until the wait deadline for the layer at the current depth (Step::wait)
+  pending,  ///< a strategy's own wait or the attempts of a parked layer own the execution
+  park,     ///< park the queue wait the layer prepared (Layer::wait_in_queue)
+  deliver,  ///< the execution completed: its outcome is the caller's
+  abandon,  ///< an attempt of the parked layer was abandoned: the execution never completes
 };
 
 /// No layer runs attempts (CallBase's attempt layer): a value no depth ever takes.
@@ -482,6 +498,12 @@ class CallBase : private ClockWaiter {
   [[nodiscard]] void* queue_wait_storage() const noexcept {
     return async_ != nullptr && pipeline_->queue_wait_bytes != 0 ? frames_ + pipeline_->frame_bytes
                                                                  : nullptr;
+  }
+  /// A layer prepared a queue wait in queue_wait_storage() and will return Step::suspend: the
+  /// engine parks it with `ops` once the callback has returned.
+  void prepare_queue_wait(const QueueWaitOps* ops) noexcept {
+    BOOST_ASSERT(async_->queue_wait == nullptr);  // one wait per Step::suspend
+    async_->queue_wait = ops;
   }
 
  protected:

@@ -79,11 +79,9 @@ Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
     if (layer.wants<LimiterStateChanged>()) emit_state(layer);
     return Step::run_inner;
   }
-  // On an io_context the wait lives in the execution: parking allocates nothing.
-  if (const auto decided = layer.wait_in_queue(semaphore_)) {
-    // Decided under the lock: a permit freed meanwhile, the queue filled up, or closed.
-    return wait_complete(layer, f, *decided);
-  }
+  // On an io_context the wait lives in the execution: parking allocates nothing. A decision the
+  // semaphore makes at once under its lock comes back through wait_complete without a hop.
+  layer.wait_in_queue(semaphore_);
   return Step::suspend;  // the queue owns the execution until the grant (or its abort)
 }
 

@@ -256,11 +256,10 @@ Step RateLimitStrategy::take_turn(Layer& layer, Frame& f) {
     f.phase = Phase::head;
     return at_head(layer, f);
   }
-  // On an io_context the wait lives in the execution: parking allocates nothing.
-  if (const auto decided = layer.wait_in_queue(turn_)) {
-    return wait_complete(layer, f, *decided);  // the turn came free meanwhile, or closed
-  }
-  return Step::suspend;  // the queue owns the execution until the turn (or its abort)
+  // On an io_context the wait lives in the execution: parking allocates nothing. A decision the
+  // semaphore makes at once under its lock comes back through wait_complete without a hop.
+  layer.wait_in_queue(turn_);
+  return Step::suspend;  // the queue owns the execution until the grant (or its abort)
 }
 
 Step RateLimitStrategy::at_head(Layer& layer, Frame& f) {
