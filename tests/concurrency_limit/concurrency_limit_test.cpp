@@ -45,12 +45,7 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using Limiter = ConcurrencyLimitStrategy;
 
-std::shared_ptr<Limiter> make_limiter(int max, int queue) {
-  ConcurrencyLimitOptions o;
-  o.max_concurrency = max;
-  o.max_queue = queue;
-  return Limiter::create(o);
-}
+using test::make_limiter;
 
 /// Records how each execution completed.
 struct Results {
@@ -1052,10 +1047,7 @@ TEST(ConcurrencyLimitStress, ThreadsStrandsAndRandomCancellationConservePermits)
   for (auto& t : threads) t.join();
   EXPECT_EQ(completed.load(), calls);
   EXPECT_LE(peak.load(), 2);
-  const auto st = limiter->state();
-  EXPECT_EQ(st.running, 0U);
-  EXPECT_EQ(st.queued, 0U);
-  EXPECT_EQ(st.available, 2U);
+  test::expect_at_rest(*limiter, 2U);
 }
 
 }  // namespace

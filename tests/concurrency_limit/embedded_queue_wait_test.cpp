@@ -43,12 +43,7 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using Semaphore = BasicUnpairedSemaphore<LimiterLedger>;
 
-std::shared_ptr<ConcurrencyLimitStrategy> make_limiter(int max, int queue) {
-  ConcurrencyLimitOptions o;
-  o.max_concurrency = max;
-  o.max_queue = queue;
-  return ConcurrencyLimitStrategy::create(o);
-}
+using test::make_limiter;
 
 /// Waits for a permit of `sem` in every execution, runs its inner part once it owns a permit and
 /// gives the permit back when the inner part completes. `embedded`: it declares
@@ -468,10 +463,7 @@ TEST(EmbeddedWaitStress, TwoThreadsOnOneIoContextConservePermits) {
   ASSERT_EQ(completed.load(), calls);
   EXPECT_LE(peak.load(), 2);
   EXPECT_LT(rejected.load(), calls);
-  const auto st = limiter->state();
-  EXPECT_EQ(st.running, 0U);
-  EXPECT_EQ(st.queued, 0U);
-  EXPECT_EQ(st.available, 2U);
+  test::expect_at_rest(*limiter, 2U);
 }
 
 }  // namespace

@@ -1,5 +1,10 @@
-// Helpers for the concurrency limit tests: operations the test completes by hand.
+// Helpers for the concurrency limit tests: operations the test completes by hand, limiters and
+// their state at rest.
 #pragma once
+
+#include <kevlar/concurrency_limit.hpp>
+
+#include <gtest/gtest.h>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/append.hpp>
@@ -9,6 +14,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -59,5 +65,21 @@ class ManualOps {
   int running_ = 0;
   int peak_ = 0;
 };
+
+/// A limiter of `max` permits and a queue of `queue`.
+inline std::shared_ptr<ConcurrencyLimitStrategy> make_limiter(int max, int queue) {
+  ConcurrencyLimitOptions o;
+  o.max_concurrency = max;
+  o.max_queue = queue;
+  return ConcurrencyLimitStrategy::create(o);
+}
+
+/// Checks that `limiter` is at rest: nothing running, nothing queued, all `permits` free.
+inline void expect_at_rest(const ConcurrencyLimitStrategy& limiter, std::uint32_t permits) {
+  const ConcurrencyLimitState st = limiter.state();
+  EXPECT_EQ(st.running, 0U);
+  EXPECT_EQ(st.queued, 0U);
+  EXPECT_EQ(st.available, permits);
+}
 
 }  // namespace kevlar::test
