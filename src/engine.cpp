@@ -92,8 +92,16 @@ Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
   (void)index;
   outcome_.set_exception(std::move(ep));
   // A queue wait the callback prepared before it threw is never parked.
-  if (async_ != nullptr && async_->queue_wait != nullptr) [[unlikely]] {
-    std::exchange(async_->queue_wait, nullptr)->discard(queue_wait_storage());
+  if (async_ != nullptr) {
+    if (async_->queue_wait != nullptr) [[unlikely]] {
+      std::exchange(async_->queue_wait, nullptr)->discard(queue_wait_storage());
+    }
+    // A wait handler the callback created before it threw was destroyed by its failed initiation,
+    // or ran or died meanwhile and left its result to the engine, which drops it: the layer's
+    // outcome is the exception.
+    if (async_->handoff.load(std::memory_order_relaxed) != WaitHandoff::idle) [[unlikely]] {
+      async_->handoff.exchange(WaitHandoff::idle, std::memory_order_acq_rel);
+    }
   }
   return Step::complete;
 }
@@ -185,7 +193,28 @@ EngineAction CallBase::advance(Step step) {
         // A queue wait the layer prepared: parked by the shell, after which nothing may read the
         // execution. Otherwise the strategy's wait handler owns it, or the parked layer's
         // attempts do.
-        if (async_ != nullptr && async_->queue_wait != nullptr) return EngineAction::park;
+        if (async_ != nullptr) {
+          if (async_->queue_wait != nullptr) return EngineAction::park;
+          // A wait handler created in this callback: settle the handoff. Until this exchange the
+          // handler cannot resume the execution, so the reads above were safe.
+          if (async_->handoff.load(std::memory_order_relaxed) != WaitHandoff::idle) [[unlikely]] {
+            switch (async_->handoff.exchange(WaitHandoff::idle, std::memory_order_acq_rel)) {
+              case WaitHandoff::completed:
+                // It ran before the callback returned (another thread, or inside the initiating
+                // call): the layer hears of it now, as from wait_completed, without a hop.
+                step_completed();
+                resumed_ = true;
+                if (depth_ == attempt_layer_) async_->attempts.busy = true;
+                step = dispatch_wait_complete(depth_, async_->handoff_error());
+                continue;
+              case WaitHandoff::dropped:
+                return EngineAction::abandon;  // destroyed uninvoked: it never completes
+              case WaitHandoff::idle:
+              case WaitHandoff::armed:
+                break;  // the handler owns the execution from here
+            }
+          }
+        }
         return EngineAction::pending;
     }
   }

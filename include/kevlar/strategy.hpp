@@ -365,11 +365,17 @@ class WaitHandler {
   WaitHandler(WaitHandler&& other) noexcept : call_(std::exchange(other.call_, nullptr)) {}
   WaitHandler& operator=(WaitHandler&&) = delete;
   ~WaitHandler() {
-    if (call_ != nullptr && detail::tl_running_call != call_) call_->abandon_execution();
+    // A moved-from handler costs one test.
+    if (call_ != nullptr) [[unlikely]] {
+      drop();
+    }
   }
 
   void operator()(const boost::system::error_code& ec) {
-    std::exchange(call_, nullptr)->wait_completed(ec);
+    detail::CallBase* call = std::exchange(call_, nullptr);
+    // Run before the callback that started the wait returned: the engine reports it then.
+    if (call->hand_over_wait(detail::WaitHandoff::completed, ec)) return;
+    call->wait_completed(ec);
   }
   [[nodiscard]] executor_type get_executor() const noexcept {
     return call_ != nullptr ? call_->call_executor() : executor_type();
@@ -383,6 +389,16 @@ class WaitHandler {
 
  protected:
   detail::CallBase* call_;
+
+ private:
+  /// Destroyed uninvoked: by a failed initiation inside the callback (the engine fails the layer),
+  /// on another thread before the callback returned (the engine abandons once it has), or later
+  /// (its executor shut down with the wait pending: abandoned here).
+  [[gnu::noinline]] void drop() noexcept {
+    if (detail::tl_running_call != call_ && !call_->hand_over_wait(detail::WaitHandoff::dropped)) {
+      call_->abandon_execution();
+    }
+  }
 };
 
 namespace detail {
@@ -415,10 +431,12 @@ struct LayerAccess {
 }  // namespace detail
 
 inline WaitHandler Layer::wait_handler() const noexcept {
+  call_->arm_wait_handoff();
   return WaitHandler(call_);
 }
 
 inline detail::QueueWaitHandler Layer::queue_wait_handler() const noexcept {
+  call_->arm_wait_handoff();
   return detail::QueueWaitHandler(call_);
 }
 

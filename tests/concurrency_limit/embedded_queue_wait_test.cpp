@@ -24,10 +24,13 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -58,12 +61,17 @@ class Parking final : public Strategy {
     return t;
   }
   Step on_start(Layer& layer) override {
+    starting_ = true;
     layer.wait_in_queue(sem_);
+    if (after_waiting) after_waiting();
     if (throw_after_waiting) throw std::runtime_error("after wait_in_queue");
+    starting_ = false;
     return Step::suspend;
   }
   Step on_wait_complete(Layer& layer, const error_code& ec) override {
     delivered.push_back(ec);
+    delivered_on.push_back(std::this_thread::get_id());
+    delivered_inside_on_start.push_back(starting_);
     return owned(layer, ec);
   }
   Step on_inner_complete(Layer& layer) override {
@@ -72,8 +80,13 @@ class Parking final : public Strategy {
     return Step::complete;
   }
 
-  /// Every result on_wait_complete received, in order.
+  /// Every result on_wait_complete received, in order; the thread it ran on; whether on_start had
+  /// not returned yet (single-execution tests only).
   std::vector<error_code> delivered;
+  std::vector<std::thread::id> delivered_on;
+  std::vector<bool> delivered_inside_on_start;
+  /// Runs in on_start once it has asked for the wait.
+  std::function<void()> after_waiting;
   /// on_start throws once it has asked for the wait.
   bool throw_after_waiting = false;
 
@@ -85,6 +98,7 @@ class Parking final : public Strategy {
   }
   Semaphore& sem_;
   bool embedded_;
+  std::atomic<bool> starting_{false};
 };
 
 struct EmbeddedWaitTest : ::testing::Test {
@@ -464,6 +478,85 @@ TEST(EmbeddedWaitStress, TwoThreadsOnOneIoContextConservePermits) {
   EXPECT_LE(peak.load(), 2);
   EXPECT_LT(rejected.load(), calls);
   test::expect_at_rest(*limiter, 2U);
+}
+
+// On a thread pool the wait is the general one, async_acquire(queue_wait_handler()): a permit free
+// at once is granted by a post to the pool, whose thread may run it before the callback returned.
+// on_start waits until the pool's one thread has run it (a job posted after it has run), so it
+// always has: the engine reports the grant once on_start has returned, on the thread that ran it.
+TEST(EmbeddedWait, AGeneralGrantRunBeforeTheCallbackReturnedIsReportedAfterIt) {
+  Semaphore sem(1U, 1U);
+  asio::thread_pool pool(1);
+  auto parking = std::make_shared<Parking>(sem);
+  parking->after_waiting = [&] {
+    std::promise<void> ran;
+    asio::post(pool, [&ran] { ran.set_value(); });
+    ran.get_future().wait();
+  };
+  const Shield s = Shield{}.use(parking);
+  std::promise<error_code> done;
+  s.execute_async(
+      [](auto token) {
+        return asio::async_initiate<decltype(token), void(error_code, int)>(
+            [](auto handler) {
+              auto ex = asio::get_associated_executor(handler);
+              asio::post(ex, [h = std::move(handler)]() mutable { std::move(h)(error_code(), 1); });
+            },
+            token);
+      },
+      asio::bind_executor(pool, [&](error_code ec, int) { done.set_value(ec); }));
+  ASSERT_EQ(parking->delivered.size(), 1U);
+  EXPECT_FALSE(parking->delivered[0]);
+  EXPECT_EQ(parking->delivered_on[0], std::this_thread::get_id());
+  EXPECT_FALSE(parking->delivered_inside_on_start[0]);
+  EXPECT_FALSE(done.get_future().get());
+  pool.join();
+  EXPECT_EQ(sem.ledger().in_use(), 0U);
+}
+
+// On a thread pool (not a plain io_context executor) a queued call takes the general wait,
+// async_acquire(queue_wait_handler()): its grant may run on the other thread before the limiter's
+// callback has returned, and the engine holds it until then (the wait handler's handoff).
+TEST(EmbeddedWaitStress, ThreadPoolsGeneralWaitConservesPermits) {
+  constexpr int calls = 400;
+  asio::thread_pool pool(2);
+  auto limiter = make_limiter(1, calls);
+  const Shield s = Shield{}.use(limiter);
+  std::atomic<int> in_flight{0}, peak{0}, completed{0}, failed{0};
+  for (int i = 0; i < calls; ++i) {
+    asio::post(pool, [&] {
+      s.execute_async(
+          [&](auto token) {
+            return asio::async_initiate<decltype(token), void(error_code, int)>(
+                [&](auto handler) {
+                  const int now = ++in_flight;
+                  int p = peak.load();
+                  while (now > p && !peak.compare_exchange_weak(p, now)) {
+                  }
+                  auto ex = asio::get_associated_executor(handler);
+                  asio::post(ex, [&, h = std::move(handler)]() mutable {
+                    --in_flight;  // the operation ends here, before the limiter hears of it
+                    std::move(h)(error_code(), 1);
+                  });
+                },
+                token);
+          },
+          asio::bind_executor(pool, [&](error_code ec, int v) {
+            if (ec || v != 1) ++failed;
+            ++completed;
+          }));
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (completed.load() < calls && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  if (completed.load() < calls) pool.stop();  // a lost call: fail instead of hanging
+  pool.join();
+  ASSERT_EQ(completed.load(), calls);
+  EXPECT_EQ(failed.load(), 0);  // the queue holds every call: none is rejected
+  EXPECT_EQ(peak.load(), 1);
+  test::expect_at_rest(*limiter, 1U);
 }
 
 }  // namespace

@@ -14,7 +14,9 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/assert.hpp>
+#include <boost/system/error_code.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -215,6 +217,18 @@ struct QueueWaitOps {
   void (*discard)(void* storage) noexcept;
 };
 
+/// Where the wait a layer started with a handler of Layer::wait_handler() (or queue_wait_handler())
+/// stands while the callback that started it has not returned to the engine. Until it returns the
+/// engine still reads the execution, so a handler that runs meanwhile (on another thread of a
+/// multi-threaded executor, or inside the initiating call) must not resume it: it leaves its result
+/// here, and the engine reports it once the callback has returned.
+enum class WaitHandoff : unsigned char {
+  idle,       ///< no such callback is running: a handler resumes the execution itself
+  armed,      ///< a callback created a wait handler and has not returned yet
+  completed,  ///< its handler ran meanwhile: the engine reports AsyncSteps::handoff_error()
+  dropped,    ///< its handler was destroyed uninvoked meanwhile: the engine abandons
+};
+
 /// What only an asynchronous execution needs to run its pending steps: the signal forwarding
 /// cancellation to the pending step, the inline slot of kevlar's own queue waits, the timer of
 /// Step::wait, and the attempts a layer runs at once. It lives in the asynchronous execution's
@@ -228,6 +242,25 @@ struct AsyncSteps {
   /// callback has returned (EngineAction::park), so that nothing reads the execution after another
   /// thread may have resumed it.
   const QueueWaitOps* queue_wait = nullptr;
+  /// The wait handler's side of the handoff (WaitHandoff); the engine's thread arms it, the
+  /// handler's moves it on, the engine settles it once the callback has returned.
+  std::atomic<WaitHandoff> handoff{WaitHandoff::idle};
+
+  /// The result a handler left (WaitHandoff::completed): written before the handoff's release,
+  /// read after the engine's acquire. Raw storage: most executions never write it, and an
+  /// error_code member would cost every execution its initialisation.
+  void set_handoff_error(const boost::system::error_code& ec) noexcept {
+    ::new (static_cast<void*>(handoff_error_)) boost::system::error_code(ec);
+  }
+  [[nodiscard]] boost::system::error_code handoff_error() const noexcept {
+    return *std::launder(reinterpret_cast<const boost::system::error_code*>(handoff_error_));
+  }
+
+ private:
+  static_assert(std::is_trivially_destructible_v<boost::system::error_code> &&
+                std::is_trivially_copyable_v<boost::system::error_code>);
+  alignas(
+      boost::system::error_code) unsigned char handoff_error_[sizeof(boost::system::error_code)];
 };
 
 /// What the engine's machine (CallBase::advance) asks its shell to do next. The synchronous shell
@@ -499,6 +532,26 @@ class CallBase : private ClockWaiter {
     return async_ != nullptr && pipeline_->queue_wait_bytes != 0 ? frames_ + pipeline_->frame_bytes
                                                                  : nullptr;
   }
+  /// Layer::wait_handler(), queue_wait_handler(): a callback of this execution creates a wait
+  /// handler (see WaitHandoff).
+  void arm_wait_handoff() noexcept {
+    if (async_ != nullptr) async_->handoff.store(WaitHandoff::armed, std::memory_order_relaxed);
+  }
+  /// A wait handler ran (`to` is WaitHandoff::completed, with `ec`) or was destroyed uninvoked
+  /// (WaitHandoff::dropped): true if the callback that created it has not returned yet, so the
+  /// engine takes it from here and the handler must not touch the execution again; false if the
+  /// handler resumes (or abandons) the execution itself.
+  bool hand_over_wait(WaitHandoff to, const boost::system::error_code& ec = {}) noexcept {
+    if (async_ == nullptr) return false;
+    WaitHandoff state = async_->handoff.load(std::memory_order_acquire);
+    if (state != WaitHandoff::armed) return false;
+    // Only the engine reads it, and only after it saw `to` below: if the exchange fails, the
+    // engine has already settled the handoff and never reads this write.
+    async_->set_handoff_error(ec);
+    return async_->handoff.compare_exchange_strong(state, to, std::memory_order_release,
+                                                   std::memory_order_acquire);
+  }
+
   /// A layer prepared a queue wait in queue_wait_storage() and will return Step::suspend: the
   /// engine parks it with `ops` once the callback has returned.
   void prepare_queue_wait(const QueueWaitOps* ops) noexcept {
