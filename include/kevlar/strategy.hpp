@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <memory>
 #include <new>
-#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -107,6 +106,10 @@ using DeadlineSlot = detail::DeadlineEntry;
 namespace detail {
 struct LayerAccess;
 class QueueWaitHandler;
+/// True for a kevlar::BasicUnpairedSemaphore (specialised with Layer::wait_in_queue's definition,
+/// which <kevlar/unpaired_semaphore.hpp> includes): what Layer::wait_in_queue accepts.
+template <class T>
+inline constexpr bool is_unpaired_semaphore = false;
 }  // namespace detail
 
 /// One strategy's handle on one execution: its clause, its scratch frame, the context, the
@@ -323,6 +326,7 @@ class Layer {
   /// synchronous execution (block on `semaphore.acquire_or_error(context().stop_token())`
   /// there).
   template <class Semaphore>
+  requires detail::is_unpaired_semaphore<Semaphore>
   [[gnu::always_inline]] void wait_in_queue(Semaphore& semaphore) const;
 
   /// Asynchronous executions: the executor the execution's completions run on.

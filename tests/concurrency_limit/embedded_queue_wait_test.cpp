@@ -101,6 +101,16 @@ class Parking final : public Strategy {
   std::atomic<bool> starting_{false};
 };
 
+// wait_in_queue takes kevlar's semaphores only: anything else is refused where it is called.
+template <class T>
+concept CanWaitIn = requires(const Layer& layer, T& queue) {
+  layer.wait_in_queue(queue);
+};
+static_assert(CanWaitIn<Semaphore>);
+static_assert(CanWaitIn<UnpairedSemaphore>);
+static_assert(!CanWaitIn<int>);
+static_assert(!CanWaitIn<std::vector<int>>);
+
 struct EmbeddedWaitTest : ::testing::Test {
   asio::io_context ioc;
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(ioc);

@@ -173,11 +173,15 @@ class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
   boost::system::error_code ec_;
 };
 
+template <Ledger L>
+inline constexpr bool is_unpaired_semaphore<BasicUnpairedSemaphore<L>> = true;
+
 }  // namespace kevlar::detail
 
 namespace kevlar {
 
 template <class Semaphore>
+requires detail::is_unpaired_semaphore<Semaphore>
 inline void Layer::wait_in_queue(Semaphore& semaphore) const {
   // The pipeline keeps room for the wait (StrategyTraits::waits_in_queue) in asynchronous
   // executions only: a synchronous one is refused on the general path.
