@@ -14,6 +14,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
@@ -57,68 +58,89 @@ auto immediate_op() {
   };
 }
 
-TEST(RateLimitAllocation, ReservationsSurviveABadAllocAtEveryAllocationPoint) {
-  // One admitted call, then two that queue: the head (it waits on the clock) and one waiting for
-  // its turn. The n-th allocation of starting those two fails; whatever failed must have given its
-  // reservation (and the turn) back, and the survivors and a probe call after them must run at
-  // exactly their due times, one second apart.
+// One admitted call, then two that queue: the head (it waits on the clock) and one waiting for its
+// turn. The n-th allocation of starting those two fails; whatever failed must have given its
+// reservation (and the turn) back, and the survivors and a probe call after them must run at
+// exactly their due times, one second apart. `on_strand`: the calls run on a strand, where the
+// turn is the semaphore's general wait (an operation block), not the wait embedded in the
+// execution (no allocation) that a plain io_context executor gets. Each round runs on a thread of
+// its own, whose block cache starts empty: every block comes from operator new, where the failure
+// is injected. Returns the number of rounds in which a call failed.
+int reservations_survive_a_bad_alloc_at_every_allocation_point(bool on_strand) {
   bool reached_the_end = false;
   int failed_calls = 0;
   for (std::uint64_t n = 0; n < 128 && !reached_the_end; ++n) {
-    auto clock = ManualClock::create();
-    auto limiter = RateLimitStrategy::create(options(1, 1s, 3));
-    const Shield shield = Shield{}.use(limiter).with_clock(clock);
-    asio::io_context ioc;
-    const auto start = [&](std::optional<error_code>& result) {
-      shield.execute_async(
-          immediate_op(), asio::bind_executor(ioc, [&result](error_code ec, int) { result = ec; }));
-    };
-    std::optional<error_code> first;
-    start(first);
-    ioc.poll();
-    ASSERT_EQ(first, error_code());
+    std::thread([&] {
+      auto clock = ManualClock::create();
+      auto limiter = RateLimitStrategy::create(options(1, 1s, 3));
+      const Shield shield = Shield{}.use(limiter).with_clock(clock);
+      asio::io_context ioc;
+      const asio::any_io_executor ex =
+          on_strand ? asio::any_io_executor(asio::make_strand(ioc)) : ioc.get_executor();
+      const auto start = [&](std::optional<error_code>& result) {
+        shield.execute_async(immediate_op(), asio::bind_executor(ex, [&result](error_code ec, int) {
+                               result = ec;
+                             }));
+      };
+      std::optional<error_code> first;
+      start(first);
+      ioc.poll();
+      ASSERT_EQ(first, error_code());
 
-    std::optional<error_code> b;
-    std::optional<error_code> c;
-    bool b_started = false;
-    bool c_started = false;
-    const auto injected = testing::inject_allocation_failure(n, [&] {
-      start(b);
-      b_started = true;
-      start(c);
-      c_started = true;
-      ioc.poll();
-    });
-    ioc.restart();
-    ioc.poll();
-    reached_the_end = !injected.fired;
-    std::vector<std::optional<error_code>*> alive;
-    if (b_started && !b.has_value()) alive.push_back(&b);
-    if (c_started && !c.has_value()) alive.push_back(&c);
-    if (alive.size() < 2) {
-      ASSERT_TRUE(injected.fired) << n << ": a call failed without an allocation failure";
-      ++failed_calls;
-    }
-    EXPECT_EQ(limiter->ledger().queued(), alive.size()) << n;
-    std::optional<error_code> probe;
-    start(probe);
-    alive.push_back(&probe);
-    ioc.poll();
-    for (std::size_t i = 0; i < alive.size(); ++i) {
-      clock->advance(999ms);
+      std::optional<error_code> b;
+      std::optional<error_code> c;
+      bool b_started = false;
+      bool c_started = false;
+      const auto injected = testing::inject_allocation_failure(n, [&] {
+        start(b);
+        b_started = true;
+        start(c);
+        c_started = true;
+        ioc.poll();
+      });
       ioc.restart();
       ioc.poll();
-      EXPECT_FALSE(alive[i]->has_value()) << n << ": call " << i << " ran early";
-      clock->advance(1ms);
-      ioc.restart();
+      reached_the_end = !injected.fired;
+      std::vector<std::optional<error_code>*> alive;
+      if (b_started && !b.has_value()) alive.push_back(&b);
+      if (c_started && !c.has_value()) alive.push_back(&c);
+      if (alive.size() < 2) {
+        ASSERT_TRUE(injected.fired) << n << ": a call failed without an allocation failure";
+        ++failed_calls;
+      }
+      EXPECT_EQ(limiter->ledger().queued(), alive.size()) << n;
+      std::optional<error_code> probe;
+      start(probe);
+      alive.push_back(&probe);
       ioc.poll();
-      EXPECT_EQ(*alive[i], std::optional<error_code>(error_code())) << n << ": call " << i;
-      for (std::size_t j = i + 1; j < alive.size(); ++j) EXPECT_FALSE(alive[j]->has_value());
-    }
-    EXPECT_EQ(limiter->ledger().queued(), 0u) << n;
+      for (std::size_t i = 0; i < alive.size(); ++i) {
+        clock->advance(999ms);
+        ioc.restart();
+        ioc.poll();
+        EXPECT_FALSE(alive[i]->has_value()) << n << ": call " << i << " ran early";
+        clock->advance(1ms);
+        ioc.restart();
+        ioc.poll();
+        EXPECT_EQ(*alive[i], std::optional<error_code>(error_code())) << n << ": call " << i;
+        for (std::size_t j = i + 1; j < alive.size(); ++j) EXPECT_FALSE(alive[j]->has_value());
+      }
+      EXPECT_EQ(limiter->ledger().queued(), 0u) << n;
+    }).join();
   }
   EXPECT_TRUE(reached_the_end) << "more than 128 allocations on the queued path";
   EXPECT_GT(failed_calls, 0) << "no allocation failure made a queued call fail";
+  return failed_calls;
+}
+
+TEST(RateLimitAllocation, ReservationsSurviveABadAllocAtEveryAllocationPoint) {
+  reservations_survive_a_bad_alloc_at_every_allocation_point(false);
+}
+
+TEST(RateLimitAllocation, ReservationsSurviveABadAllocAtEveryAllocationPointOnAStrand) {
+  const int on_strand = reservations_survive_a_bad_alloc_at_every_allocation_point(true);
+  // The general wait's operation block is an allocation point the embedded wait does not have.
+  const int plain = reservations_survive_a_bad_alloc_at_every_allocation_point(false);
+  EXPECT_GT(on_strand, plain);
 }
 
 TEST(RateLimitAllocation, TheUnqueuedPathAllocatesNothing) {
