@@ -43,7 +43,7 @@ void seal(detail::Pipeline& p) {
   std::size_t offset = 0;
   bool needs_executor = false;
   bool asynchronous_only = false;
-  bool queue_waits = false;
+  std::size_t queue_waiters_end = 0;
   const auto add_observer_layer = [&](Strategy& s) {
     const StrategyTraits t = s.traits();
     const detail::LayerHooks hooks = hooks_for({}, t);
@@ -62,7 +62,7 @@ void seal(detail::Pipeline& p) {
     offset += round_up(traits.back().frame_size);
     needs_executor = needs_executor || traits.back().needs_executor;
     asynchronous_only = asynchronous_only || traits.back().asynchronous_only;
-    queue_waits = queue_waits || traits.back().waits_in_queue;
+    if (traits.back().waits_in_queue) queue_waiters_end = i + 1;
   }
   if (attempt_layer) add_observer_layer(detail::attempt_observer());
   for (std::size_t i = 0; i < n; ++i) {
@@ -95,7 +95,8 @@ void seal(detail::Pipeline& p) {
   p.view.frame_bytes = offset;
   p.view.needs_executor = needs_executor;
   p.view.asynchronous_only = asynchronous_only;
-  p.view.queue_wait_bytes = queue_waits ? detail::queue_wait_size : 0;
+  p.view.queue_waiters_end = queue_waiters_end;
+  p.view.queue_wait_bytes = queue_waiters_end != 0 ? detail::queue_wait_size : 0;
   p.view.clock = p.clock ? p.clock.get() : Clock::steady().get();
   p.view.name = p.name ? &*p.name : nullptr;
   p.view.observes_executions = observes_executions;

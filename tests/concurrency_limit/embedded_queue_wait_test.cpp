@@ -8,6 +8,7 @@
 #include "concurrency_limit/limiter_test_support.hpp"
 
 #include <kevlar/concurrency_limit.hpp>
+#include <kevlar/hedging.hpp>
 #include <kevlar/kevlar.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
@@ -412,6 +413,35 @@ TEST_F(EmbeddedWaitTest, AnExecutionQueuedAtTwoLimitersInTurnIsGrantedByEach) {
   for (const auto& [id, ec] : done) EXPECT_FALSE(ec) << id;
   EXPECT_EQ(outer->state().running, 0U);
   EXPECT_EQ(inner->state().running, 0U);
+}
+
+// A hedge's attempt runs only the layers inside the hedge, so it keeps room for an embedded wait
+// only if one of those declares waits_in_queue. Told apart by a strategy inside the hedge that
+// does not declare it: where the attempt has room (the declaring strategy is inside too) its wait
+// is embedded and a free permit reaches on_wait_complete at once; where it has none (the
+// declaring strategy is outside the hedge), its wait is the general one, granted through the
+// executor.
+TEST_F(EmbeddedWaitTest, AHedgesAttemptKeepsRoomForAWaitOnlyIfALayerInsideDeclaresIt) {
+  for (const bool declaring_inside : {false, true}) {
+    SCOPED_TRACE(declaring_inside ? "declaring strategy inside the hedge" : "outside");
+    Semaphore declaring_sem(1U, 1U);
+    Semaphore plain_sem(1U, 1U);
+    auto declaring = std::make_shared<Parking>(declaring_sem, true);
+    auto plain = std::make_shared<Parking>(plain_sem, false);
+    const Shield s = declaring_inside
+                         ? Shield{}.hedge(2, std::chrono::hours(1)).use(declaring).use(plain)
+                         : Shield{}.use(declaring).hedge(2, std::chrono::hours(1)).use(plain);
+    s.execute_async(ops.attempt(1), handler(1));
+    ASSERT_EQ(declaring->delivered.size(), 1U);  // embedded wherever it is: decided at once
+    EXPECT_EQ(plain->delivered.size(), declaring_inside ? 1U : 0U);
+    ioc.poll();
+    ASSERT_EQ(plain->delivered.size(), 1U);
+    EXPECT_FALSE(plain->delivered[0]);
+    finish(1);
+    EXPECT_EQ(declaring_sem.ledger().in_use(), 0U);
+    EXPECT_EQ(plain_sem.ledger().in_use(), 0U);
+    done.clear();
+  }
 }
 
 // A handler bound to a strand has no plain io_context executor: its queue wait is the general

@@ -241,7 +241,7 @@ class AttemptCall final : public CallBase {
                              const std::shared_ptr<const void>& keep_alive) {
     using Layout = BlockLayout<AttemptCall>;
     CachingAllocator<ExecutionBlock> alloc;
-    const std::size_t blocks = Layout::blocks(async_frame_bytes(parent.pipeline()));
+    const std::size_t blocks = Layout::blocks(async_frame_bytes(parent.pipeline(), first));
     ExecutionBlock* mem = alloc.allocate(blocks);
     auto* frames = reinterpret_cast<std::byte*>(mem + Layout::head);
     try {

@@ -73,9 +73,12 @@ struct PipelineView {
   bool needs_executor = false;
   /// Some layer's StrategyTraits::asynchronous_only: refuse synchronous executions.
   bool asynchronous_only = false;
-  /// queue_wait_size if some layer declares StrategyTraits::waits_in_queue, else 0: the room an
-  /// asynchronous execution keeps for one embedded queue wait behind its frames
-  /// (CallBase::queue_wait_storage).
+  /// One past the last layer that declares StrategyTraits::waits_in_queue (0: none). An
+  /// asynchronous execution running the layers from `first` on keeps room for one embedded queue
+  /// wait behind its frames (CallBase::queue_wait_storage) if `first` is below it: an attempt
+  /// inside a hedge that sits inside the last waiting layer keeps none.
+  std::size_t queue_waiters_end = 0;
+  /// queue_wait_size if queue_waiters_end is not 0: the room of an execution a caller started.
   std::size_t queue_wait_bytes = 0;
   /// The shield's observers, or nullptr when nobody listens. Emission points test the layer's
   /// interests instead (PipelineLayer::interests). When one wants AttemptStarted, the last layer
@@ -89,14 +92,19 @@ struct PipelineView {
 inline constexpr std::size_t no_layer = std::numeric_limits<std::size_t>::max();
 
 /// Bytes an asynchronous execution keeps for one embedded queue wait
-/// (detail/embedded_queue_wait.hpp checks that it fits), when its pipeline asks
-/// (PipelineView::queue_wait_bytes).
+/// (detail/embedded_queue_wait.hpp checks that it fits), when a layer it runs may wait in a queue
+/// (PipelineView::queue_waiters_end).
 inline constexpr std::size_t queue_wait_size = 224;
 
-/// The bytes an asynchronous execution of `pipeline` keeps behind itself: the layers' frames, then
-/// the room for an embedded queue wait if a layer waits in a queue.
+/// The bytes an asynchronous execution of `pipeline` running the layers from `first` on (0 if a
+/// caller started it) keeps behind itself: the layers' frames, then the room for an embedded
+/// queue wait if one of those layers waits in a queue.
 [[nodiscard]] inline std::size_t async_frame_bytes(const PipelineView& pipeline) noexcept {
   return pipeline.frame_bytes + pipeline.queue_wait_bytes;
+}
+[[nodiscard]] inline std::size_t async_frame_bytes(const PipelineView& pipeline,
+                                                   std::size_t first) noexcept {
+  return pipeline.frame_bytes + (first < pipeline.queue_waiters_end ? queue_wait_size : 0);
 }
 
 class CallBase;
@@ -527,10 +535,11 @@ class CallBase : private ClockWaiter {
     return async_ != nullptr ? InlineSlot(&async_->inline_cancellation) : InlineSlot();
   }
   /// The room for the pending step's embedded queue wait, behind the frames (async_frame_bytes):
-  /// nullptr in a synchronous execution, or when no layer of the pipeline waits in a queue.
+  /// nullptr in a synchronous execution, or when none of the layers it runs waits in a queue.
   [[nodiscard]] void* queue_wait_storage() const noexcept {
-    return async_ != nullptr && pipeline_->queue_wait_bytes != 0 ? frames_ + pipeline_->frame_bytes
-                                                                 : nullptr;
+    return async_ != nullptr && first_ < pipeline_->queue_waiters_end
+               ? frames_ + pipeline_->frame_bytes
+               : nullptr;
   }
   /// Layer::wait_handler(), queue_wait_handler(): a callback of this execution creates a wait
   /// handler (see WaitHandoff).
