@@ -64,9 +64,9 @@ struct StrategyTraits {
   bool asynchronous_only = false;
   /// True if the strategy parks executions with Layer::wait_in_queue (the concurrency limit, the
   /// rate limit): an asynchronous execution of a shield holding it keeps room for one wait in its
-  /// own block (224 bytes), so that parking on an io_context allocates nothing. The room serves
-  /// every layer of the shield; in a shield where no strategy declares it, wait_in_queue starts a
-  /// general async_acquire (one operation block per wait).
+  /// own block (224 bytes), so that parking on an io_context allocates nothing; a hedge's attempt
+  /// keeps it only if a strategy inside the hedge declares it. Where there is no room,
+  /// wait_in_queue starts a general async_acquire (one operation block per wait).
   bool waits_in_queue = false;
   /// A handling clause of the strategy's own (its options' `handles`), used instead of the ambient
   /// clause (Shield::when) wherever the strategy is added; null: the ambient one. Chain validation
@@ -309,8 +309,8 @@ class Layer {
   /// code).
   ///
   /// The embedded wait: when the execution runs on a plain io_context executor (or an
-  /// any_io_executor holding one) and a strategy of the shield declares
-  /// StrategyTraits::waits_in_queue, the
+  /// any_io_executor holding one) and a strategy it runs declares StrategyTraits::waits_in_queue
+  /// (for a hedge's attempt, one inside the hedge), the
   /// wait lives in the execution (no allocation, no operation) and the engine parks it once this
   /// callback has returned. A decision the semaphore makes then under its lock (a permit came
   /// free since a try_acquire, the queue is full, it is closed) reaches on_wait_complete at once,

@@ -7,6 +7,8 @@
 // undelivered grants through the strategy.
 #include "concurrency_limit/limiter_test_support.hpp"
 
+#include <spin_until.hpp>
+
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/hedging.hpp>
 #include <kevlar/kevlar.hpp>
@@ -469,6 +471,26 @@ TEST_F(EmbeddedWaitTest, AQueuedCallOnAStrandIsGrantedOnTheStrand) {
   EXPECT_EQ(limiter->state().running, 0U);
 }
 
+/// The stress runs' operation: counted in flight (and the peak kept) from its start until its
+/// posted completion runs, just before the limiter hears of it; it completes with 1.
+auto counted_operation(std::atomic<int>& in_flight, std::atomic<int>& peak) {
+  return [&in_flight, &peak](auto token) {
+    return asio::async_initiate<decltype(token), void(error_code, int)>(
+        [&in_flight, &peak](auto handler) {
+          const int now = ++in_flight;
+          int p = peak.load();
+          while (now > p && !peak.compare_exchange_weak(p, now)) {
+          }
+          auto ex = asio::get_associated_executor(handler);
+          asio::post(ex, [&in_flight, h = std::move(handler)]() mutable {
+            --in_flight;
+            std::move(h)(error_code(), 1);
+          });
+        },
+        token);
+  };
+}
+
 /// Two threads running one io_context, plain executors: grants cross threads (through the
 /// io_context) or run on the releasing thread (the trampoline), and a release may free a permit
 /// between a call's lock-free checks and its lock. Operations complete through the io_context, so
@@ -485,34 +507,16 @@ TEST(EmbeddedWaitStress, TwoThreadsOnOneIoContextConservePermits) {
   for (int t = 0; t < 2; ++t) threads.emplace_back([&] { ioc.run(); });
   for (int i = 0; i < calls; ++i) {
     asio::post(ioc, [&] {
-      s.execute_async(
-          [&](auto token) {
-            return asio::async_initiate<decltype(token), void(error_code, int)>(
-                [&](auto handler) {
-                  const int now = ++in_flight;
-                  int p = peak.load();
-                  while (now > p && !peak.compare_exchange_weak(p, now)) {
-                  }
-                  auto ex = asio::get_associated_executor(handler);
-                  asio::post(ex, [&, h = std::move(handler)]() mutable {
-                    --in_flight;  // the operation ends here, before the limiter hears of it
-                    std::move(h)(error_code(), 1);
-                  });
-                },
-                token);
-          },
-          asio::bind_executor(ioc, [&](error_code ec, int) {
-            if (ec == errc::concurrency_limit_exceeded) ++rejected;
-            ++completed;
-          }));
+      s.execute_async(counted_operation(in_flight, peak),
+                      asio::bind_executor(ioc, [&](error_code ec, int) {
+                        if (ec == errc::concurrency_limit_exceeded) ++rejected;
+                        ++completed;
+                      }));
     });
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (completed.load() < calls && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
+  const bool all = test::spin_until([&] { return completed.load() >= calls; });
   guard.reset();
-  if (completed.load() < calls) ioc.stop();  // a lost call: fail instead of hanging
+  if (!all) ioc.stop();  // a lost call: fail instead of hanging
   for (auto& t : threads) t.join();
   ASSERT_EQ(completed.load(), calls);
   EXPECT_LE(peak.load(), 2);
@@ -565,33 +569,14 @@ TEST(EmbeddedWaitStress, ThreadPoolsGeneralWaitConservesPermits) {
   std::atomic<int> in_flight{0}, peak{0}, completed{0}, failed{0};
   for (int i = 0; i < calls; ++i) {
     asio::post(pool, [&] {
-      s.execute_async(
-          [&](auto token) {
-            return asio::async_initiate<decltype(token), void(error_code, int)>(
-                [&](auto handler) {
-                  const int now = ++in_flight;
-                  int p = peak.load();
-                  while (now > p && !peak.compare_exchange_weak(p, now)) {
-                  }
-                  auto ex = asio::get_associated_executor(handler);
-                  asio::post(ex, [&, h = std::move(handler)]() mutable {
-                    --in_flight;  // the operation ends here, before the limiter hears of it
-                    std::move(h)(error_code(), 1);
-                  });
-                },
-                token);
-          },
-          asio::bind_executor(pool, [&](error_code ec, int v) {
-            if (ec || v != 1) ++failed;
-            ++completed;
-          }));
+      s.execute_async(counted_operation(in_flight, peak),
+                      asio::bind_executor(pool, [&](error_code ec, int v) {
+                        if (ec || v != 1) ++failed;
+                        ++completed;
+                      }));
     });
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (completed.load() < calls && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
-  if (completed.load() < calls) pool.stop();  // a lost call: fail instead of hanging
+  if (!test::spin_until([&] { return completed.load() >= calls; })) pool.stop();  // a lost call
   pool.join();
   ASSERT_EQ(completed.load(), calls);
   EXPECT_EQ(failed.load(), 0);  // the queue holds every call: none is rejected

@@ -4,6 +4,8 @@
 // such a handler leaves its result to the engine, which reports it (or abandons) once it has.
 #include "test_strategies.hpp"
 
+#include <spin_until.hpp>
+
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
@@ -253,10 +255,7 @@ TEST(WaitHandler, RunAfterTheCallbackReturnedResumesTheExecutionWhereItRuns) {
                        asio::bind_executor(ioc, [&](error_code, int v) { value = v; }));
   auto guard = asio::make_work_guard(ioc);
   std::thread caller([&] { ioc.run(); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (strategy->finished() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
+  test::spin_until([&] { return strategy->finished() != 0; }, std::chrono::seconds(30));
   guard.reset();
   caller.join();
   const auto seen = strategy->seen();
@@ -288,12 +287,9 @@ TEST(WaitHandlerStress, TwoThreadsResumeEachOthersWaits) {
                            }));
     });
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (completed.load() < calls && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
+  const bool all = test::spin_until([&] { return completed.load() >= calls; });
   guard.reset();
-  if (completed.load() < calls) ioc.stop();  // a lost call: fail instead of hanging
+  if (!all) ioc.stop();  // a lost call: fail instead of hanging
   for (auto& t : threads) t.join();
   ASSERT_EQ(completed.load(), calls);
   EXPECT_EQ(wrong.load(), 0);
