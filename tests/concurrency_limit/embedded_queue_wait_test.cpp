@@ -502,22 +502,13 @@ TEST(EmbeddedWaitStress, TwoThreadsOnOneIoContextConservePermits) {
   auto limiter = make_limiter(2, 8);
   const Shield s = Shield{}.use(limiter);
   std::atomic<int> in_flight{0}, peak{0}, completed{0}, rejected{0};
-  auto guard = asio::make_work_guard(ioc);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 2; ++t) threads.emplace_back([&] { ioc.run(); });
-  for (int i = 0; i < calls; ++i) {
-    asio::post(ioc, [&] {
-      s.execute_async(counted_operation(in_flight, peak),
-                      asio::bind_executor(ioc, [&](error_code ec, int) {
-                        if (ec == errc::concurrency_limit_exceeded) ++rejected;
-                        ++completed;
-                      }));
-    });
-  }
-  const bool all = test::spin_until([&] { return completed.load() >= calls; });
-  guard.reset();
-  if (!all) ioc.stop();  // a lost call: fail instead of hanging
-  for (auto& t : threads) t.join();
+  test::run_posted_calls(ioc, 2, calls, completed, [&] {
+    s.execute_async(counted_operation(in_flight, peak),
+                    asio::bind_executor(ioc, [&](error_code ec, int) {
+                      if (ec == errc::concurrency_limit_exceeded) ++rejected;
+                      ++completed;
+                    }));
+  });
   ASSERT_EQ(completed.load(), calls);
   EXPECT_LE(peak.load(), 2);
   EXPECT_LT(rejected.load(), calls);

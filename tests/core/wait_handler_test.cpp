@@ -276,21 +276,12 @@ TEST(WaitHandlerStress, TwoThreadsResumeEachOthersWaits) {
   });
   const Shield shield = Shield{}.use(strategy).use(std::make_shared<test::PassThrough>());
   std::atomic<int> completed{0}, wrong{0};
-  auto guard = asio::make_work_guard(ioc);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 2; ++t) threads.emplace_back([&] { ioc.run(); });
-  for (int i = 0; i < calls; ++i) {
-    asio::post(ioc, [&] {
-      shield.execute_async(answer_seven(ioc), asio::bind_executor(ioc, [&](error_code ec, int v) {
-                             if (ec || v != 7) ++wrong;
-                             ++completed;
-                           }));
-    });
-  }
-  const bool all = test::spin_until([&] { return completed.load() >= calls; });
-  guard.reset();
-  if (!all) ioc.stop();  // a lost call: fail instead of hanging
-  for (auto& t : threads) t.join();
+  test::run_posted_calls(ioc, 2, calls, completed, [&] {
+    shield.execute_async(answer_seven(ioc), asio::bind_executor(ioc, [&](error_code ec, int v) {
+                           if (ec || v != 7) ++wrong;
+                           ++completed;
+                         }));
+  });
   ASSERT_EQ(completed.load(), calls);
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(strategy->finished(), calls);
