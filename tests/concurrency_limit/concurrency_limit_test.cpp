@@ -496,10 +496,8 @@ TEST_F(LimiterTest, AbandonedExecutionsReturnTheirPermits) {
   auto limiter = make_limiter(1, 1);
   const Shield s = Shield{}.use(limiter);
   {
-    asio::io_context holder_ctx;
-    asio::io_context waiter_ctx;
-    auto w1 = asio::make_work_guard(holder_ctx);
-    auto w2 = asio::make_work_guard(waiter_ctx);
+    test::HolderAndWaiter contexts;
+    [[maybe_unused]] auto& [holder_ctx, waiter_ctx, holder_work, waiter_work] = contexts;
     Results r;
     s.execute_async(ops.attempt(1), r.handler(holder_ctx, 1));
     s.execute_async(ops.attempt(2), r.handler(waiter_ctx, 2));
@@ -533,10 +531,8 @@ TEST_F(LimiterTest, AbandonedExecutionsReturnTheirPermits) {
 TEST_F(LimiterTest, UndeliveredGrantOfTheLastOwnerReturnsThePermitFirst) {
   bool destroyed = false;
   {
-    asio::io_context holder_ctx;
-    asio::io_context waiter_ctx;
-    auto w1 = asio::make_work_guard(holder_ctx);
-    auto w2 = asio::make_work_guard(waiter_ctx);
+    test::HolderAndWaiter contexts;
+    [[maybe_unused]] auto& [holder_ctx, waiter_ctx, holder_work, waiter_work] = contexts;
     Results r;
     Limiter* raw = nullptr;
     {

@@ -287,10 +287,8 @@ TEST_F(EmbeddedWaitTest, AGeneralWaitOnAnIoContextIsGrantedWithoutASchedulerHop)
 TEST(EmbeddedWait, ACancellationAfterTheGrantLetsTheCallRun) {
   auto limiter = make_limiter(1, 1);
   const Shield s = Shield{}.use(limiter);
-  asio::io_context holder_ctx;
-  asio::io_context waiter_ctx;
-  auto w1 = asio::make_work_guard(holder_ctx);
-  auto w2 = asio::make_work_guard(waiter_ctx);
+  test::HolderAndWaiter contexts;
+  [[maybe_unused]] auto& [holder_ctx, waiter_ctx, holder_work, waiter_work] = contexts;
   test::ManualOps ops;
   std::map<int, error_code> done;
   asio::cancellation_signal cancel;

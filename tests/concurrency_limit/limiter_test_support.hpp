@@ -11,6 +11,8 @@
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -67,6 +69,18 @@ class ManualOps {
 };
 
 /// A limiter of `max` permits and a queue of `queue`.
+/// Two io_contexts that run only when a test polls them, each kept from running out of work: the
+/// permit holder's and the waiter's. Polling the holder's makes a grant; the waiter's delivers it,
+/// so a test can act in between (cancel the waiter, destroy its context with the grant queued).
+struct HolderAndWaiter {
+  boost::asio::io_context holder_ctx;
+  boost::asio::io_context waiter_ctx;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> holder_work =
+      boost::asio::make_work_guard(holder_ctx);
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> waiter_work =
+      boost::asio::make_work_guard(waiter_ctx);
+};
+
 inline std::shared_ptr<ConcurrencyLimitStrategy> make_limiter(int max, int queue) {
   ConcurrencyLimitOptions o;
   o.max_concurrency = max;
