@@ -1,8 +1,13 @@
+#include <kevlar/detail/async_call.hpp>
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <set>
@@ -407,6 +412,23 @@ struct Counted {
   ~Counted() { --alive; }
   void operator()(boost::asio::cancellation_type) const {}
 };
+
+TEST(AsyncCall, HoldsSystemExecutorTellsTheSystemExecutorFromEveryOther) {
+  // The refusal of a handler without an executor (errc::executor_required) and of attempts
+  // without one rest on this test; the io_context's plain executor is answered first.
+  using detail::holds_system_executor;
+  asio::io_context ioc;
+  asio::thread_pool pool(1);
+  EXPECT_TRUE(holds_system_executor(asio::any_io_executor(asio::system_executor())));
+  EXPECT_FALSE(holds_system_executor(asio::any_io_executor(ioc.get_executor())));
+  // Neither of the two types it names: answered by comparing the system executor's type.
+  EXPECT_FALSE(holds_system_executor(asio::any_io_executor(asio::make_strand(ioc))));
+  EXPECT_FALSE(holds_system_executor(asio::any_io_executor(pool.get_executor())));
+  EXPECT_FALSE(holds_system_executor(asio::prefer(asio::any_io_executor(ioc.get_executor()),
+                                                  asio::execution::outstanding_work.tracked)));
+  EXPECT_FALSE(holds_system_executor(asio::any_io_executor()));  // empty: not the system's
+  pool.join();
+}
 
 TEST(InlineCancellation, EmitsToTheInstalledHandlerOnlyWhileInstalled) {
   InlineCancellation storage;
