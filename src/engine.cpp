@@ -94,7 +94,7 @@ Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
   // A queue wait the callback prepared before it threw is never parked.
   if (async_ != nullptr) {
     if (async_->queue_wait != nullptr) [[unlikely]] {
-      std::exchange(async_->queue_wait, nullptr)->discard(queue_wait_storage());
+      std::exchange(async_->queue_wait, nullptr)->discard(prepared_queue_wait_storage());
     }
     // A wait handler the callback created before it threw was destroyed by its failed initiation,
     // or ran or died meanwhile and left its result to the engine, which drops it: the layer's
@@ -328,7 +328,7 @@ Step CallBase::sync_wait(std::size_t index, Step step) {
       case EngineAction::park: {
         boost::system::error_code decided;
         const QueueWaitOps* ops = std::exchange(async_->queue_wait, nullptr);
-        if (ops->park(queue_wait_storage(), decided)) return;  // the queue owns the execution
+        if (ops->park(prepared_queue_wait_storage(), decided)) return;  // the queue owns it now
         // Decided under the semaphore's lock (a permit came free, the queue is full, closed): the
         // layer hears of it now, without a hop.
         action = wait_done(decided);

@@ -541,6 +541,11 @@ class CallBase : private ClockWaiter {
                ? frames_ + pipeline_->frame_bytes
                : nullptr;
   }
+  /// Where the wait prepare_queue_wait() announced lives: queue_wait_storage() as the layer saw
+  /// it, which was not nullptr (a wait is prepared only in that room), without testing again.
+  [[nodiscard]] void* prepared_queue_wait_storage() const noexcept {
+    return frames_ + pipeline_->frame_bytes;
+  }
   /// Layer::wait_handler(), queue_wait_handler(): a callback of this execution creates a wait
   /// handler (see WaitHandoff).
   void arm_wait_handoff() noexcept {
@@ -565,6 +570,7 @@ class CallBase : private ClockWaiter {
   /// engine parks it with `ops` once the callback has returned.
   void prepare_queue_wait(const QueueWaitOps* ops) noexcept {
     BOOST_ASSERT(async_->queue_wait == nullptr);  // one wait per Step::suspend
+    BOOST_ASSERT(queue_wait_storage() != nullptr);  // prepared_queue_wait_storage() relies on it
     async_->queue_wait = ops;
   }
 
