@@ -299,6 +299,8 @@ class Layer {
   /// UnpairedSemaphore): like wait_handler(), and its cancellation slot lives in the execution, so
   /// that parking allocates nothing; the queue may deliver its grant through kevlar's grant
   /// trampoline (no scheduler hop). Start exactly one wait with it and return Step::suspend.
+  /// Thread-safety: as wait_handler(), it never resumes the execution before the callback that
+  /// created it has returned.
   [[nodiscard]] detail::QueueWaitHandler queue_wait_handler() const noexcept;
 
   /// Asynchronous executions: waits in the queue of `semaphore`, a kevlar::BasicUnpairedSemaphore
@@ -342,6 +344,17 @@ class Layer {
   /// resumes this strategy (Strategy::on_wait_complete). It carries the execution's executor and
   /// cancellation slot, owns the execution until invoked, and abandons it if destroyed
   /// uninvoked. Start exactly one wait with it and return Step::suspend.
+  ///
+  /// Thread-safety: it never resumes the execution while the callback that created it is still
+  /// running. Invoked meanwhile (on another thread, or inside the initiating call), it leaves its
+  /// error_code in the execution, and the engine calls on_wait_complete with it on the callback's
+  /// thread once the callback has returned; destroyed uninvoked on another thread meanwhile, the
+  /// engine abandons the execution then. So the frame and the outcome stay the callback's until
+  /// it returns. A handler destroyed on the callback's own thread means its initiation threw: let
+  /// that exception leave the callback (it fails this position) rather than return suspend.
+  /// Not covered: attempts, the deadline service, and a wait started in a callback that also
+  /// started attempts; on a multi-threaded io_context, run executions that use them on a strand
+  /// (docs/strategy-interface.md).
   [[nodiscard]] class WaitHandler wait_handler() const noexcept;
 
  private:
