@@ -415,7 +415,7 @@ struct Counted {
 
 TEST(AsyncCall, HoldsSystemExecutorTellsTheSystemExecutorFromEveryOther) {
   // The refusal of a handler without an executor (errc::executor_required) and of attempts
-  // without one rest on this test; the io_context's plain executor is answered first.
+  // without one rest on this function; the io_context's plain executor is answered first.
   using detail::holds_system_executor;
   asio::io_context ioc;
   asio::thread_pool pool(1);
@@ -427,7 +427,6 @@ TEST(AsyncCall, HoldsSystemExecutorTellsTheSystemExecutorFromEveryOther) {
   EXPECT_FALSE(holds_system_executor(asio::prefer(asio::any_io_executor(ioc.get_executor()),
                                                   asio::execution::outstanding_work.tracked)));
   EXPECT_FALSE(holds_system_executor(asio::any_io_executor()));  // empty: not the system's
-  pool.join();
 }
 
 TEST(InlineCancellation, EmitsToTheInstalledHandlerOnlyWhileInstalled) {
