@@ -538,7 +538,7 @@ class CallBase : private ClockWaiter {
   /// nullptr in a synchronous execution, or when none of the layers it runs waits in a queue.
   [[nodiscard]] void* queue_wait_storage() const noexcept {
     return async_ != nullptr && first_ < pipeline_->queue_waiters_end
-               ? frames_ + pipeline_->frame_bytes
+               ? prepared_queue_wait_storage()
                : nullptr;
   }
   /// Where the wait prepare_queue_wait() announced lives: queue_wait_storage() as the layer saw
