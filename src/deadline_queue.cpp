@@ -9,14 +9,125 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace kevlar::detail {
+
+// ---- the deadline thread -----------------------------------------------------------------------
+
+namespace {
+
+/// Wakes the deadline queues of the steady clock at the times they ask for. One per process,
+/// started by the first request and never destroyed (a queue may ask for, or cancel, a wake-up
+/// from a static object's destructor): at exit it sleeps in its wait, holding nothing.
+///
+/// A request lives here until the thread takes it; a queue has at most one. The thread sleeps
+/// until the earliest request and wakes the due queues one at a time, without its own lock
+/// (DeadlineQueue::wake takes the queue's lock, under which queues ask for their next wake-up).
+/// Lock order: a queue's lock, then this thread's mutex; never the other way round.
+class DeadlineThread {
+ public:
+  static DeadlineThread& instance() {
+    // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): never destroyed, on purpose
+    static DeadlineThread* const thread = new DeadlineThread;
+    return *thread;
+  }
+
+  /// Makes sure `q` is woken at `t` or earlier. Starts the thread the first time; throws if that,
+  /// or recording the request, fails (nothing is recorded then).
+  void wake_at(DeadlineQueue* q, Clock::time_point t) {
+    const std::lock_guard lock(mutex_);
+    if (!started_) {
+      requests_.reserve(8);
+      std::thread(&DeadlineThread::run, this).detach();
+      started_ = true;
+    }
+    const auto it = std::find_if(requests_.begin(), requests_.end(),
+                                 [q](const Request& r) { return r.queue == q; });
+    if (it != requests_.end()) {
+      if (it->at <= t) return;
+      it->at = t;
+    } else {
+      requests_.push_back(Request{q, t});
+    }
+    // Only a request earlier than what the thread sleeps until needs to wake it.
+    if (t < sleeping_until_) cv_.notify_one();
+  }
+
+  /// `q` is never woken again once this returns: its request is dropped, and a wake-up in
+  /// progress is waited for. Not called under `q`'s lock.
+  void forget(const DeadlineQueue* q) noexcept {
+    std::unique_lock lock(mutex_);
+    std::erase_if(requests_, [q](const Request& r) { return r.queue == q; });
+    woken_.wait(lock, [&] { return waking_ != q; });
+  }
+
+ private:
+  struct Request {
+    DeadlineQueue* queue;
+    Clock::time_point at;
+  };
+
+  DeadlineThread() = default;
+
+  void run() noexcept {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      const auto earliest =
+          std::min_element(requests_.begin(), requests_.end(),
+                           [](const Request& a, const Request& b) { return a.at < b.at; });
+      if (earliest == requests_.end()) {
+        sleeping_until_ = Clock::time_point::max();
+        cv_.wait(lock);
+        continue;
+      }
+      const Clock::time_point at = earliest->at;
+      // The steady clock's reading without Clock::steady(), a static this thread may outlive.
+      if (std::chrono::time_point_cast<Clock::duration>(std::chrono::steady_clock::now()) < at) {
+        sleeping_until_ = at;
+        cv_.wait_until(lock, std::chrono::steady_clock::time_point(
+                                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                     at.time_since_epoch())));
+        continue;  // woken early, notified, or due: look again
+      }
+      sleeping_until_ = Clock::time_point::min();  // awake: nobody needs to notify
+      DeadlineQueue* q = earliest->queue;
+      requests_.erase(earliest);
+      waking_ = q;
+      lock.unlock();
+      try {
+        q->wake();
+      } catch (...) {
+        // Posting an expiry failed (its allocation): the queue asked to be woken again at once,
+        // as a loop's timer would have completed again; the failure has nowhere else to go.
+      }
+      lock.lock();
+      waking_ = nullptr;
+      woken_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;     ///< the thread's sleep
+  std::condition_variable woken_;  ///< a wake-up in progress ended (forget waits for it)
+  std::vector<Request> requests_;
+  DeadlineQueue* waking_ = nullptr;  ///< the queue being woken, outside the mutex
+  /// What the thread sleeps until (max: no request; min: it is awake).
+  Clock::time_point sleeping_until_ = Clock::time_point::min();
+  bool started_ = false;
+};
+
+}  // namespace
 
 // ---- DeadlineQueue ------------------------------------------------------------------------------
 
@@ -30,7 +141,7 @@ std::atomic<std::uint64_t> g_service_epoch{1};
 
 DeadlineQueue::DeadlineQueue(const Clock& clock, const boost::asio::any_io_executor& ex,
                              bool ordered)
-    : clock_(&clock), ex_(ex), ordered_(ordered) {}
+    : clock_(&clock), ex_(ex), ordered_(ordered), threaded_(&clock == Clock::steady().get()) {}
 
 DeadlineQueue::~DeadlineQueue() {
   shutdown();
@@ -51,6 +162,13 @@ void DeadlineQueue::link_armed(DeadlineEntry& e) noexcept {
 
 void DeadlineQueue::arm_timer_locked(Clock::time_point t) {
   if (shut_down_) return;
+  if (threaded_) {
+    if (timer_waiting_ && timer_deadline_ <= t) return;
+    DeadlineThread::instance().wake_at(this, t);  // may throw: nothing is recorded then
+    timer_waiting_ = true;
+    timer_deadline_ = t;
+    return;
+  }
   if (timer_waiting_) {
     // A wait is outstanding. If it is for a later deadline (only possible with varying
     // durations), cancel it: its completion re-arms for the earliest deadline.
@@ -116,7 +234,8 @@ bool DeadlineQueue::disarm(DeadlineEntry& e) noexcept {
   // The last deadline is gone: unless a call comes back, the waiting timer is all that keeps the
   // context's run() going. Decide once the engine has returned to its caller: a caller that
   // starts its next call from this one's completion has armed again by then.
-  const bool idle = armed_.empty() && timer_waiting_ && !sweep_pending_ && !shut_down_;
+  const bool idle =
+      !threaded_ && armed_.empty() && timer_waiting_ && !sweep_pending_ && !shut_down_;
   lock.unlock();
   if (idle) DeferredChecks::request(&DeadlineQueue::check_idle, this);
   return fired;
@@ -138,7 +257,7 @@ void DeadlineQueue::check_idle(void* queue) noexcept {
 
 void DeadlineQueue::release_idle_timer() noexcept {
   std::lock_guard lock(lock_);
-  if (armed_.empty() && timer_waiting_) timer_->cancel();
+  if (!threaded_ && armed_.empty() && timer_waiting_) timer_->cancel();
 }
 
 namespace {
@@ -201,6 +320,15 @@ struct FireJob {
 
 void DeadlineQueue::complete(const boost::system::error_code&) {
   std::lock_guard lock(lock_);
+  expire_locked();
+}
+
+void DeadlineQueue::wake() {
+  std::lock_guard lock(lock_);
+  expire_locked();
+}
+
+void DeadlineQueue::expire_locked() {
   timer_waiting_ = false;
   // With nothing armed there is nothing to fire, and no execution keeps the clock alive: the
   // completion may be the abort of a manual clock that is gone (its destructor aborts its waits).
@@ -222,8 +350,8 @@ void DeadlineQueue::complete(const boost::system::error_code&) {
       firing_.push_back(e);
     }
   } catch (...) {
-    // The expired entry is still armed at the head: wait for it again (it is due, so the timer
-    // completes at once and retries), and let the failure leave the loop's run() as any handler's
+    // The expired entry is still armed at the head: wait for it again (it is due, so the wake-up
+    // comes at once and retries), and let the failure leave the loop's run() as any handler's
     // does. If re-arming throws too, the next arm() re-arms.
     arm_timer_locked(armed_.front()->deadline);
     throw;
@@ -271,9 +399,10 @@ void DeadlineQueue::shutdown() noexcept {
   std::unique_ptr<ClockTimer> timer;
   {
     std::lock_guard lock(lock_);
-    shut_down_ = true;
+    shut_down_ = true;  // from here on, nothing asks the deadline thread for a wake-up
     timer = std::move(timer_);
   }
+  if (threaded_) DeadlineThread::instance().forget(this);
 }
 
 // ---- the per-context service --------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detail/reactor.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/connect_pair.hpp>
@@ -34,9 +35,11 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace kevlar {
 namespace {
@@ -1085,6 +1088,180 @@ TEST(TimeoutOnTheSteadyClock, AnAsynchronousTimeoutNeverFiresBeforeItsBudget) {
     ASSERT_GE(elapsed, 5ms) << "call " << i << " timed out after " << elapsed.count() << " ns";
   }
   TimeoutStrategy::release_idle_timers(ioc);
+}
+
+// ---- the deadline thread (the steady clock) ----------------------------------------------------
+//
+// Deadlines on the system's steady clock are woken by kevlar's deadline thread, not by a timer on
+// the caller's context. These tests wait for real expiries by running the loop (an expiry is an
+// event that ends run_one), never by sleeping; budgets are a few milliseconds.
+
+/// An operation that completes with operation_aborted when cancelled, counting the cancellations,
+/// and holds work on its handler's executor while it is pending, as Asio's operations do (the
+/// deadline thread keeps nothing of the caller's loop running).
+struct AbortsOnCancel {
+  int* cancels;
+  template <class Token>
+  auto operator()(Token&& token) const {
+    return asio::async_initiate<Token, void(error_code)>(
+        [cancels = cancels](auto handler) {
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          auto work = asio::prefer(asio::get_associated_executor(handler),
+                                   asio::execution::outstanding_work.tracked);
+          auto h = std::make_shared<decltype(handler)>(std::move(handler));
+          slot.assign([h, cancels, work](asio::cancellation_type) {
+            ++*cancels;
+            std::move (*h)(asio::error::operation_aborted);
+          });
+        },
+        token);
+  }
+};
+
+/// Runs `ioc` one handler at a time until `done` holds; fails if 30 s pass without a handler (a
+/// deadline thread that never woke).
+void run_until(asio::io_context& ioc, const std::function<bool()>& done) {
+  ioc.restart();
+  while (!done()) ASSERT_EQ(ioc.run_one_for(30s), 1U) << "no expiry arrived within 30 s";
+}
+
+// Any Asio timer on a context brings its reactor, which then runs an epoll_wait syscall on every
+// pass over the context's queue for the rest of the context's life. A steady-clock timeout must
+// not bring one to a loop that has no I/O of its own; and nothing of it keeps run() going.
+TEST(TimeoutOnTheSteadyClock, ATimeoutBringsNoReactorToTheCallersContext) {
+  const Shield shield = Shield{}.timeout(10s).retry(2);
+  asio::io_context ioc;
+  std::optional<int> got;
+  shield.execute_async(
+      [&](auto token) { return test::async_answer(ioc.get_executor(), {}, 7, std::move(token)); },
+      asio::bind_executor(ioc, [&](error_code, int v) { got = v; }));
+  ioc.run();  // returns once the call is done
+  EXPECT_EQ(got, 7);
+  EXPECT_FALSE(asio::has_service<asio::detail::reactor>(ioc))
+      << "the timeout created a reactor on the caller's io_context";
+}
+
+// The expiry comes from the deadline thread and is delivered on the call's own executor: the
+// operation sees the cancellation there, and the handler runs on the loop's thread.
+TEST(TimeoutOnTheSteadyClock, AnExpiryIsDeliveredOnTheCallsExecutor) {
+  const Shield shield = Shield{}.timeout(2ms);
+  asio::io_context ioc;
+  int cancels = 0;
+  std::optional<error_code> got;
+  bool on_loop_thread = false;
+  shield.execute_async(AbortsOnCancel{&cancels}, asio::bind_executor(ioc, [&](error_code ec) {
+                         got = ec;
+                         on_loop_thread = ioc.get_executor().running_in_this_thread();
+                       }));
+  run_until(ioc, [&] { return got.has_value(); });
+  EXPECT_EQ(*got, errc::timeout);
+  EXPECT_EQ(cancels, 1);
+  EXPECT_TRUE(on_loop_thread);
+  ioc.restart();
+  EXPECT_EQ(ioc.poll(), 0U) << "the expiry left work behind";
+}
+
+// The thread sleeps until the earliest wake-up it was asked for. A deadline earlier than that
+// (another queue's shorter budget, or a shorter generated budget in the same queue) must wake it
+// early: the short call times out while the long one still waits.
+TEST(TimeoutOnTheSteadyClock, AShorterDeadlineWakesTheThreadBeforeALongerOne) {
+  TimeoutOptions generated;
+  Clock::duration next_budget = 1h;
+  generated.timeout_generator = [&](Context&) { return next_budget; };
+  const Shield by_generator = Shield{}.timeout(generated);
+  const Shield long_fixed = Shield{}.timeout(1h);
+  const Shield short_fixed = Shield{}.timeout(2ms);
+  for (const bool same_queue : {false, true}) {
+    SCOPED_TRACE(same_queue ? "one queue, generated budgets" : "two queues, fixed budgets");
+    asio::io_context ioc;
+    int cancels = 0;
+    asio::cancellation_signal stop_long;
+    std::optional<error_code> long_result;
+    std::optional<error_code> short_result;
+    next_budget = 1h;
+    (same_queue ? by_generator : long_fixed)
+        .execute_async(AbortsOnCancel{&cancels},
+                       asio::bind_cancellation_slot(
+                           stop_long.slot(),
+                           asio::bind_executor(ioc, [&](error_code ec) { long_result = ec; })));
+    ioc.restart();
+    ioc.poll();  // the long deadline is armed: the thread sleeps until it
+    next_budget = 2ms;
+    (same_queue ? by_generator : short_fixed)
+        .execute_async(AbortsOnCancel{&cancels},
+                       asio::bind_executor(ioc, [&](error_code ec) { short_result = ec; }));
+    run_until(ioc, [&] { return short_result.has_value(); });
+    EXPECT_EQ(*short_result, errc::timeout);
+    EXPECT_FALSE(long_result.has_value());
+    stop_long.emit(asio::cancellation_type::terminal);
+    run_until(ioc, [&] { return long_result.has_value(); });
+    EXPECT_EQ(*long_result, asio::error::operation_aborted);
+  }
+}
+
+// A context destroyed with a deadline armed takes its queue with it: the thread must never wake
+// that queue again. The thread serves wake-ups earliest first, so once a later deadline on
+// another context has expired, the destroyed one's time has passed too (under AddressSanitizer
+// a wake of the freed queue is a use after free).
+TEST(TimeoutOnTheSteadyClock, AContextDestroyedWithADeadlineArmedIsNeverWokenAgain) {
+  const Shield shield = Shield{}.timeout(1ms);
+  int cancels = 0;
+  bool doomed_completed = false;
+  {
+    asio::io_context doomed;
+    asio::steady_timer hang(doomed);  // goes first: its wait's handler then dies with the context
+    shield.execute_async(Hang{&hang},
+                         asio::bind_executor(doomed, [&](error_code) { doomed_completed = true; }));
+    doomed.poll();
+  }
+  EXPECT_FALSE(doomed_completed);  // abandoned with its context, never invoked
+  const Shield later = Shield{}.timeout(20ms);
+  asio::io_context ioc;
+  std::optional<error_code> got;
+  later.execute_async(AbortsOnCancel{&cancels},
+                      asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+  run_until(ioc, [&] { return got.has_value(); });
+  EXPECT_EQ(*got, errc::timeout);
+  EXPECT_FALSE(doomed_completed);
+}
+
+// Several threads, each with its own loop, arm, disarm and expire deadlines at once: the queues
+// of every context share the one deadline thread (run under ThreadSanitizer in CI).
+TEST(TimeoutOnTheSteadyClock, LoopsOnSeveralThreadsShareTheDeadlineThread) {
+  const Shield shield = Shield{}.timeout(1ms);
+  constexpr int threads = 4;
+  constexpr int calls = 10;
+  std::array<int, threads> timeouts{};
+  std::array<int, threads> answers{};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      asio::io_context ioc;
+      int cancels = 0;
+      for (int i = 0; i < calls; ++i) {
+        std::optional<error_code> expired;
+        shield.execute_async(AbortsOnCancel{&cancels},
+                             asio::bind_executor(ioc, [&](error_code ec) { expired = ec; }));
+        std::optional<int> answered;
+        shield.execute_async(
+            [&](auto token) {
+              return test::async_answer(ioc.get_executor(), {}, i, std::move(token));
+            },
+            asio::bind_executor(ioc, [&](error_code, int v) { answered = v; }));
+        ioc.restart();
+        while (!expired || !answered) {
+          if (ioc.run_one_for(30s) != 1) break;
+        }
+        if (expired == errc::timeout) ++timeouts[t];
+        if (answered == i) ++answers[t];
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  for (int t = 0; t < threads; ++t) {
+    EXPECT_EQ(timeouts[t], calls) << "thread " << t;
+    EXPECT_EQ(answers[t], calls) << "thread " << t;
+  }
 }
 
 }  // namespace

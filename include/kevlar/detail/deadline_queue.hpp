@@ -43,19 +43,28 @@ struct DeadlineEntry : IntrusiveListHook<DeadlineEntry> {
 using DeadlineList = IntrusiveList<DeadlineEntry>;
 
 /// The deadlines of one (execution context, clock, duration): they are armed in deadline order,
-/// so arming and disarming are O(1) list operations under a small lock, with one clock timer
-/// underneath for the earliest deadline. The timer runs on the executor of the call that created
-/// the queue, without its strand (Asio's strands of the usual executors) and without outstanding
-/// work: one caller's busy strand must not delay every other caller's deadlines, nor its work keep
-/// the context running. The timer is not cancelled when a call finishes early (re-arming it would
-/// cost a syscall per call); it fires at the earliest deadline it was armed for and is re-armed
-/// only if deadlines remain. When the queue empties and is still empty once the engine has returned
-/// to its caller (a loop's next call, started from the completion, arms again before that), a
-/// sweep job is posted to the timer's executor; if the queue is still empty after two passes of
-/// that executor's queue (no posted call came back), the sweep cancels the timer, so that an idle
-/// io_context's run() returns. A busy loop keeps its timer and posts nothing. When a deadline
-/// expires, the cancellation is delivered on the execution's own executor, and only if the
-/// execution has not finished meanwhile.
+/// so arming and disarming are O(1) list operations under a small lock, with one wake-up
+/// underneath for the earliest deadline. The wake-up is not cancelled when a call finishes early
+/// (re-arming it would cost a syscall per call); it comes at the earliest deadline it was asked
+/// for and is asked for again only if deadlines remain. When a deadline expires, the cancellation
+/// is delivered on the execution's own executor, and only if the execution has not finished
+/// meanwhile.
+///
+/// Where the wake-up comes from depends on the clock:
+/// - the system's steady clock (Clock::steady()): kevlar's deadline thread (one per process,
+///   started by the first such deadline) sleeps until the earliest requested wake-up of every
+///   queue. Nothing is created on the caller's execution context: an Asio reactor there (which
+///   any timer brings) would run an epoll_wait syscall on every pass over the context's queue for
+///   the rest of its life, several times what a call costs on a loop without I/O;
+/// - any other clock (a ManualClock): one clock timer on the executor of the call that created
+///   the queue, without its strand (Asio's strands of the usual executors) and without
+///   outstanding work: one caller's busy strand must not delay every other caller's deadlines,
+///   nor its work keep the context running. When the queue empties and is still empty once the
+///   engine has returned to its caller (a loop's next call, started from the completion, arms
+///   again before that), a sweep job is posted to the timer's executor; if the queue is still
+///   empty after two passes of that executor's queue (no posted call came back), the sweep
+///   cancels the timer, so that an idle io_context's run() returns. A busy loop keeps its timer
+///   and posts nothing.
 class DeadlineQueue final : private ClockWaiter {
  public:
   DeadlineQueue(const Clock& clock, const boost::asio::any_io_executor& ex, bool ordered);
@@ -68,7 +77,8 @@ class DeadlineQueue final : private ClockWaiter {
   /// Disarms `e` if it has not fired; returns true if it had fired (its cancellation was
   /// delivered). Safe to call for an entry in any state.
   bool disarm(DeadlineEntry& e) noexcept;
-  /// Cancels the clock timer if no deadline is armed (lets io_context::run() return at once).
+  /// Cancels the clock timer if no deadline is armed (lets io_context::run() return at once). A
+  /// queue woken by the deadline thread has no timer on the context: nothing to do.
   void release_idle_timer() noexcept;
   /// The sweep job: releases the timer if the queue has stayed empty since the last pass.
   void sweep(bool second_pass) noexcept;
@@ -76,8 +86,13 @@ class DeadlineQueue final : private ClockWaiter {
   /// execution's executor). Propagates what the entry's Fire action throws (a completion handler
   /// it ran), as any handler's exception leaves the executor's run().
   void deliver(DeadlineEntry* e, std::uint64_t ticket);
-  /// Destroys every pending operation (the execution context is shutting down).
+  /// Destroys every pending operation (the execution context is shutting down). Once it returns,
+  /// the deadline thread never reaches this queue again.
   void shutdown() noexcept;
+  /// The deadline thread's wake-up (threaded queues): expires what is due and asks for the next
+  /// wake-up if deadlines remain. Propagates what posting an expiry throws, after asking to be
+  /// woken again at once.
+  void wake();
 
  private:
   // ClockWaiter: the timer.
@@ -90,7 +105,10 @@ class DeadlineQueue final : private ClockWaiter {
 
   /// Links `e` into the armed list at its place (the back, for deadlines of one duration).
   void link_armed(DeadlineEntry& e) noexcept;
+  /// Makes sure a wake-up comes at `t` or earlier (under the lock).
   void arm_timer_locked(Clock::time_point t);
+  /// Posts the expiry of every due entry and asks for the next wake-up (under the lock).
+  void expire_locked();
   /// Keeps armed_count_ equal to the length of the armed list (under the lock; read without it).
   void count_armed(int delta) noexcept {
     armed_count_.store(
@@ -107,6 +125,8 @@ class DeadlineQueue final : private ClockWaiter {
   const Clock* clock_;
   boost::asio::any_io_executor ex_;
   bool ordered_;  ///< every deadline has the same duration: appending keeps the list sorted
+  /// Woken by the deadline thread (the steady clock), not by a clock timer on the context.
+  bool threaded_;
   /// Guards the lists and the timer state. A spin lock: arming and disarming, the sections every
   /// call takes it for, are a few pointer updates; the long sections (starting the timer's wait,
   /// posting expiries) run once per timer expiry, not per call.
@@ -115,6 +135,8 @@ class DeadlineQueue final : private ClockWaiter {
   std::atomic<std::uint32_t> armed_count_{0};  ///< entries in the armed list
   DeadlineList firing_;                        ///< expired, cancellation on its way
   std::unique_ptr<ClockTimer> timer_;
+  /// A wake-up is on its way (the timer's wait, or the deadline thread's request) for
+  /// timer_deadline_ or earlier.
   bool timer_waiting_ = false;
   bool sweep_pending_ = false;  ///< a sweep job is on its way
   bool shut_down_ = false;
