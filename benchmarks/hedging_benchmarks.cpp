@@ -1,9 +1,8 @@
 // BM_Hedging: the cost of a hedge when its first attempt wins before the delay (no hedge
-// launched: one stagger armed and disarmed through the deadline queue, whose timer keeps the loop
-// live, as a timeout's does), and when the first attempt fails and the second, launched with it,
-// wins (delay 0: no timer, an idle loop). BM_Hedging/one_layer_control is the same loop through
-// one pass-through strategy (BM_Overhead/one_layer_async's shape), and
-// BM_Timeout/raw_async_live_io_control the raw call on a live loop, both in the same binary.
+// launched: one stagger armed and disarmed through the deadline queue, woken by kevlar's deadline
+// thread as a timeout's is: the loop stays idle), and when the first attempt fails and the second,
+// launched with it, wins (delay 0: no deadline). BM_Hedging/one_layer_control is the same loop
+// through one pass-through strategy (BM_Overhead/one_layer_async's shape), in the same binary.
 #include "bench_support.hpp"
 
 #include <kevlar/hedging.hpp>
@@ -54,7 +53,7 @@ void BM_Hedging_first_attempt_wins(benchmark::State& state) {
   static const kevlar::Shield s = kevlar::Shield{}.hedge(2, 10s);
   kevlar::bench::run_async_calls(
       state, s,
-      "live I/O (the stagger's deadline timer stays pending); compare "
+      "idle loop (the stagger's deadline is woken by kevlar's deadline thread); compare "
       "BM_Timeout/completes_instantly_async",
       release_timers);
 }

@@ -9,6 +9,8 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -78,7 +80,22 @@ class DeadlineThread {
     Clock::time_point at;
   };
 
-  DeadlineThread() = default;
+  DeadlineThread() noexcept {
+    // A forked child has no deadline thread: its first request starts one. The mutex is held
+    // across fork() so that the child's copy is not left locked by a thread it does not have.
+    (void)::pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
+                           [] { instance().after_fork_in_child(); });
+  }
+
+  /// In a forked child: the parent's requests are for queues whose executions the child does not
+  /// run (and they would never be woken by a thread the child does not have).
+  void after_fork_in_child() noexcept {
+    requests_.clear();
+    waking_ = nullptr;
+    sleeping_until_ = Clock::time_point::min();
+    started_ = false;
+    mutex_.unlock();
+  }
 
   void run() noexcept {
     std::unique_lock lock(mutex_);

@@ -30,6 +30,9 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
 #include <functional>
@@ -1262,6 +1265,39 @@ TEST(TimeoutOnTheSteadyClock, LoopsOnSeveralThreadsShareTheDeadlineThread) {
     EXPECT_EQ(timeouts[t], calls) << "thread " << t;
     EXPECT_EQ(answers[t], calls) << "thread " << t;
   }
+}
+
+// A child forked after the parent's deadline thread started has no such thread (a thread does not
+// survive fork): its first deadline starts one, and its timeouts expire. (ThreadSanitizer stops a
+// child that starts threads after a multi-threaded fork, so that build skips this test.)
+TEST(TimeoutOnTheSteadyClock, AForkedChildStartsItsOwnDeadlineThread) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer forbids threads in a forked child";
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "ThreadSanitizer forbids threads in a forked child";
+#endif
+#endif
+  const Shield shield = Shield{}.timeout(1ms);
+  auto expires = [&] {
+    asio::io_context ioc;
+    int cancels = 0;
+    std::optional<error_code> got;
+    shield.execute_async(AbortsOnCancel{&cancels},
+                         asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+    ioc.restart();
+    while (!got && ioc.run_one_for(30s) == 1) {
+    }
+    return got == errc::timeout;
+  };
+  ASSERT_TRUE(expires());  // the parent's deadline thread runs
+  const pid_t child = ::fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) ::_exit(expires() ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's timeout never expired";
 }
 
 }  // namespace
