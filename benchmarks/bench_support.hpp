@@ -143,8 +143,8 @@ inline void run_sync_calls(benchmark::State& state, const kevlar::Shield& shield
 
 /// The asynchronous overhead shape: one coroutine on an io_context with no I/O object co_awaits
 /// `shield.execute_async(async_work)` per iteration, allocations counted. `after_loop(ioc)` runs in
-/// the coroutine when the loop ends (the timeout releases its idle deadline timer there, so that
-/// run() returns).
+/// the coroutine when the loop ends (a deadline timer kept on the loop, on a clock other than the
+/// steady clock, can be released there).
 ///
 /// `op(ex, x, token)` starts the operation of each attempt (async_work unless given).
 template <class AfterLoop, class Op>

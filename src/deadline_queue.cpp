@@ -1,5 +1,7 @@
 #include <kevlar/detail/deadline_queue.hpp>
 
+#include <boost/asio/detail/concurrency_hint.hpp>
+#include <boost/asio/detail/scheduler.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/io_context.hpp>
@@ -10,6 +12,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <array>
@@ -17,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <tuple>
@@ -28,6 +32,12 @@ namespace kevlar::detail {
 // ---- the deadline thread -----------------------------------------------------------------------
 
 namespace {
+
+/// The steady clock's reading (SteadyClock::now()) without Clock::steady(), a static object the
+/// deadline thread may outlive at exit.
+Clock::time_point steady_now() noexcept {
+  return std::chrono::time_point_cast<Clock::duration>(std::chrono::steady_clock::now());
+}
 
 /// Wakes the deadline queues of the steady clock at the times they ask for. One per process,
 /// started by the first request and never destroyed (a queue may ask for, or cancel, a wake-up
@@ -51,7 +61,7 @@ class DeadlineThread {
     const std::lock_guard lock(mutex_);
     if (!started_) {
       requests_.reserve(8);
-      std::thread(&DeadlineThread::run, this).detach();
+      start_thread();
       started_ = true;
     }
     const auto it = std::find_if(requests_.begin(), requests_.end(),
@@ -70,8 +80,14 @@ class DeadlineThread {
   /// progress is waited for. Not called under `q`'s lock.
   void forget(const DeadlineQueue* q) noexcept {
     std::unique_lock lock(mutex_);
-    std::erase_if(requests_, [q](const Request& r) { return r.queue == q; });
     woken_.wait(lock, [&] { return waking_ != q; });
+    std::erase_if(requests_, [q](const Request& r) { return r.queue == q; });
+  }
+
+  /// Counts the forks this process's deadline thread did not survive: a queue's request made in
+  /// an earlier generation is gone (DeadlineQueue::arm_timer_locked asks again).
+  [[nodiscard]] static std::uint32_t generation() noexcept {
+    return fork_generation.load(std::memory_order_relaxed);
   }
 
  private:
@@ -90,11 +106,32 @@ class DeadlineThread {
   /// In a forked child: the parent's requests are for queues whose executions the child does not
   /// run (and they would never be woken by a thread the child does not have).
   void after_fork_in_child() noexcept {
+    // The copies of the mutex (held by the prepare handler) and of the condition variables (which
+    // count the parent thread's waits) describe threads the child does not have: start afresh.
+    std::construct_at(&mutex_);
+    std::construct_at(&cv_);
+    std::construct_at(&woken_);
     requests_.clear();
     waking_ = nullptr;
     sleeping_until_ = Clock::time_point::min();
     started_ = false;
-    mutex_.unlock();
+    fork_generation.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  /// Starts the thread with every signal blocked (as Asio's own threads): a signal meant for the
+  /// program's threads must not be delivered to this one.
+  void start_thread() {
+    sigset_t all;
+    sigset_t previous;
+    ::sigfillset(&all);
+    const bool blocked = ::pthread_sigmask(SIG_BLOCK, &all, &previous) == 0;
+    try {
+      std::thread(&DeadlineThread::run, this).detach();
+    } catch (...) {
+      if (blocked) ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+      throw;
+    }
+    if (blocked) ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   }
 
   void run() noexcept {
@@ -109,8 +146,7 @@ class DeadlineThread {
         continue;
       }
       const Clock::time_point at = earliest->at;
-      // The steady clock's reading without Clock::steady(), a static this thread may outlive.
-      if (std::chrono::time_point_cast<Clock::duration>(std::chrono::steady_clock::now()) < at) {
+      if (steady_now() < at) {
         sleeping_until_ = at;
         cv_.wait_until(lock, std::chrono::steady_clock::time_point(
                                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -142,6 +178,7 @@ class DeadlineThread {
   /// What the thread sleeps until (max: no request; min: it is awake).
   Clock::time_point sleeping_until_ = Clock::time_point::min();
   bool started_ = false;
+  static inline std::atomic<std::uint32_t> fork_generation{0};
 };
 
 }  // namespace
@@ -149,6 +186,23 @@ class DeadlineThread {
 // ---- DeadlineQueue ------------------------------------------------------------------------------
 
 namespace {
+
+/// How long the deadline thread waits before it tries again to post an expiry that failed.
+constexpr Clock::duration retry_after_failure = std::chrono::milliseconds(1);
+
+/// Whether the deadline thread may post to the context of `ex` from its own thread: not to an
+/// io_context built with BOOST_ASIO_CONCURRENCY_HINT_UNSAFE (or another hint without the
+/// scheduler's lock), whose queue only its own thread may touch. Such a context gets the clock
+/// timer on the context instead.
+bool accepts_foreign_posts(const boost::asio::any_io_executor& ex) {
+  // An io_context's (and a thread_pool's) implementation is Asio's scheduler service.
+  using Scheduler = boost::asio::detail::scheduler;
+  boost::asio::execution_context& ctx = boost::asio::query(ex, boost::asio::execution::context);
+  if (!boost::asio::has_service<Scheduler>(ctx)) return true;
+  const int hint = boost::asio::use_service<Scheduler>(ctx).concurrency_hint();
+  return BOOST_ASIO_CONCURRENCY_HINT_IS_LOCKING(SCHEDULER, hint);
+}
+
 /// The queue whose timer wait is being started on this thread, under its lock.
 thread_local const DeadlineQueue* tl_arming_queue = nullptr;
 /// Incremented whenever a DeadlineService shuts down or dies, so that thread-local caches never
@@ -158,7 +212,10 @@ std::atomic<std::uint64_t> g_service_epoch{1};
 
 DeadlineQueue::DeadlineQueue(const Clock& clock, const boost::asio::any_io_executor& ex,
                              bool ordered)
-    : clock_(&clock), ex_(ex), ordered_(ordered), threaded_(&clock == Clock::steady().get()) {}
+    : clock_(&clock),
+      ex_(ex),
+      ordered_(ordered),
+      threaded_(&clock == Clock::steady().get() && accepts_foreign_posts(ex)) {}
 
 DeadlineQueue::~DeadlineQueue() {
   shutdown();
@@ -180,10 +237,13 @@ void DeadlineQueue::link_armed(DeadlineEntry& e) noexcept {
 void DeadlineQueue::arm_timer_locked(Clock::time_point t) {
   if (shut_down_) return;
   if (threaded_) {
-    if (timer_waiting_ && timer_deadline_ <= t) return;
+    // A request of an earlier generation was made before a fork the thread did not survive.
+    const std::uint32_t generation = DeadlineThread::generation();
+    if (timer_waiting_ && timer_deadline_ <= t && wake_generation_ == generation) return;
     DeadlineThread::instance().wake_at(this, t);  // may throw: nothing is recorded then
     timer_waiting_ = true;
     timer_deadline_ = t;
+    wake_generation_ = generation;
     return;
   }
   if (timer_waiting_) {
@@ -350,7 +410,7 @@ void DeadlineQueue::expire_locked() {
   // With nothing armed there is nothing to fire, and no execution keeps the clock alive: the
   // completion may be the abort of a manual clock that is gone (its destructor aborts its waits).
   if (shut_down_ || armed_.empty()) return;
-  const Clock::time_point now = clock_->now();
+  const Clock::time_point now = threaded_ ? steady_now() : clock_->now();
   try {
     while (!armed_.empty() && armed_.front()->deadline <= now) {
       DeadlineEntry* e = armed_.front();
@@ -367,10 +427,13 @@ void DeadlineQueue::expire_locked() {
       firing_.push_back(e);
     }
   } catch (...) {
-    // The expired entry is still armed at the head: wait for it again (it is due, so the wake-up
-    // comes at once and retries), and let the failure leave the loop's run() as any handler's
-    // does. If re-arming throws too, the next arm() re-arms.
-    arm_timer_locked(armed_.front()->deadline);
+    // The expired entry is still armed at the head: wait for it again, and let the failure leave
+    // the loop's run() as any handler's does (the deadline thread drops it). A loop's timer
+    // completes again at once, between the loop's other handlers; the deadline thread tries again
+    // a little later, not in a tight loop while memory is short. If re-arming throws too, the
+    // next arm() re-arms.
+    const Clock::time_point head = armed_.front()->deadline;
+    arm_timer_locked(threaded_ ? std::max(head, now + retry_after_failure) : head);
     throw;
   }
   if (!armed_.empty()) arm_timer_locked(armed_.front()->deadline);

@@ -280,8 +280,9 @@ class Layer {
   /// execution's completions, and only if the slot is still armed. `slot` must not be armed
   /// already (disarm it first: arming overwrites it). Disarm it with disarm_deadline
   /// before the strategy finishes (in on_finish at the latest). Declare
-  /// StrategyTraits::needs_executor. Throws what creating the service's queue throws (std::bad_alloc;
-  /// nothing is armed then).
+  /// StrategyTraits::needs_executor. Throws what creating the service's queue throws
+  /// (std::bad_alloc), or starting kevlar's deadline thread the first time (std::system_error);
+  /// nothing is armed then.
   void arm_deadline(DeadlineSlot& slot, Clock::time_point deadline, Clock::duration same_duration,
                     DeadlineAction action) const {
     ::new (static_cast<void*>(&slot)) DeadlineSlot{};

@@ -1161,7 +1161,8 @@ TEST(TimeoutOnTheSteadyClock, AnExpiryIsDeliveredOnTheCallsExecutor) {
   EXPECT_EQ(cancels, 1);
   EXPECT_TRUE(on_loop_thread);
   ioc.restart();
-  EXPECT_EQ(ioc.poll(), 0U) << "the expiry left work behind";
+  ioc.poll();
+  EXPECT_TRUE(ioc.stopped()) << "the expiry left work behind";
 }
 
 // The thread sleeps until the earliest wake-up it was asked for. A deadline earlier than that
@@ -1213,9 +1214,10 @@ TEST(TimeoutOnTheSteadyClock, AContextDestroyedWithADeadlineArmedIsNeverWokenAga
   {
     asio::io_context doomed;
     asio::steady_timer hang(doomed);  // goes first: its wait's handler then dies with the context
+    // Armed inside execute_async; the loop never runs (a poll that took longer than the budget
+    // would deliver the expiry).
     shield.execute_async(Hang{&hang},
                          asio::bind_executor(doomed, [&](error_code) { doomed_completed = true; }));
-    doomed.poll();
   }
   EXPECT_FALSE(doomed_completed);  // abandoned with its context, never invoked
   const Shield later = Shield{}.timeout(20ms);
@@ -1293,11 +1295,34 @@ TEST(TimeoutOnTheSteadyClock, AForkedChildStartsItsOwnDeadlineThread) {
   ASSERT_TRUE(expires());  // the parent's deadline thread runs
   const pid_t child = ::fork();
   ASSERT_NE(child, -1);
-  if (child == 0) ::_exit(expires() ? 0 : 1);
+  if (child == 0) {
+    // Several calls, each expiring while the thread sleeps with nothing to do: each arms anew
+    // and has to wake the child's thread.
+    bool all = true;
+    for (int i = 0; i < 5; ++i) all = expires() && all;
+    ::_exit(all ? 0 : 1);
+  }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's timeout never expired";
+}
+
+// An io_context built without its scheduler's lock lets only its own thread touch its queue: the
+// deadline thread may not post there, so such a context's queue keeps a clock timer on the context
+// (its reactor shows it), and its deadlines still expire.
+TEST(TimeoutOnTheSteadyClock, AContextWithoutASchedulerLockKeepsItsTimerOnTheContext) {
+  const Shield shield = Shield{}.timeout(2ms);
+  asio::io_context ioc(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE);
+  int cancels = 0;
+  std::optional<error_code> got;
+  shield.execute_async(AbortsOnCancel{&cancels},
+                       asio::bind_executor(ioc, [&](error_code ec) { got = ec; }));
+  run_until(ioc, [&] { return got.has_value(); });
+  EXPECT_EQ(*got, errc::timeout);
+  EXPECT_TRUE(asio::has_service<asio::detail::reactor>(ioc))
+      << "the deadline thread would have posted to a context without a lock";
+  TimeoutStrategy::release_idle_timers(ioc);
 }
 
 }  // namespace

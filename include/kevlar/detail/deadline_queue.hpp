@@ -51,12 +51,15 @@ using DeadlineList = IntrusiveList<DeadlineEntry>;
 /// meanwhile.
 ///
 /// Where the wake-up comes from depends on the clock:
-/// - the system's steady clock (Clock::steady()): kevlar's deadline thread (one per process,
+/// - the system's steady clock (Clock::steady()), on any context but an io_context whose
+///   concurrency hint turns its scheduler's lock off: kevlar's deadline thread (one per process,
 ///   started by the first such deadline) sleeps until the earliest requested wake-up of every
-///   queue. Nothing is created on the caller's execution context: an Asio reactor there (which
-///   any timer brings) would run an epoll_wait syscall on every pass over the context's queue for
-///   the rest of its life, several times what a call costs on a loop without I/O;
-/// - any other clock (a ManualClock): one clock timer on the executor of the call that created
+///   queue and posts the expiries from there. Nothing is created on the caller's execution context:
+///   an Asio reactor there (which any timer brings) would run an epoll_wait syscall on every pass
+///   over the context's queue for the rest of its life, several times what a call costs on a loop
+///   without I/O;
+/// - any other clock (a ManualClock), or such an io_context: one clock timer on the executor of the
+/// call that created
 ///   the queue, without its strand (Asio's strands of the usual executors) and without
 ///   outstanding work: one caller's busy strand must not delay every other caller's deadlines,
 ///   nor its work keep the context running. When the queue empties and is still empty once the
@@ -138,6 +141,9 @@ class DeadlineQueue final : private ClockWaiter {
   /// A wake-up is on its way (the timer's wait, or the deadline thread's request) for
   /// timer_deadline_ or earlier.
   bool timer_waiting_ = false;
+  /// Threaded queues: the deadline thread's generation (DeadlineThread::generation) when the
+  /// request behind timer_waiting_ was made.
+  std::uint32_t wake_generation_ = 0;
   bool sweep_pending_ = false;  ///< a sweep job is on its way
   bool shut_down_ = false;
   Clock::time_point timer_deadline_{};

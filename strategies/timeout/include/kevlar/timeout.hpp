@@ -73,10 +73,14 @@ struct TimeoutFrame {
 /// (terminal cancellation), so the operation really stops (a socket read or timer wait is
 /// aborted, not abandoned); when it completes with `operation_aborted`, the call completes with
 /// `errc::timeout`. The budget is also the context's deadline: once it has passed, no further
-/// attempt starts, even before the expiry is delivered. No kernel timer is armed per call: deadlines of one duration share one queue
-/// per execution context with one clock timer underneath (arming and disarming are O(1) list
-/// operations). That timer is not cancelled when a call finishes early while another follows; once
-/// no deadline is pending and no call came back, it is cancelled, so io_context::run() returns.
+/// attempt starts, even before the expiry is delivered. No kernel timer is armed per call:
+/// deadlines of one duration share one queue per execution context (arming and disarming are O(1)
+/// list operations), woken at its earliest deadline. On the steady clock kevlar's deadline thread
+/// (one per process) wakes the queues: nothing is created on the caller's context, which gets no
+/// Asio reactor from a timeout. On another clock (a ManualClock) one clock timer on the context
+/// wakes the queue; it is not cancelled when a call finishes early while another follows, and once
+/// no deadline is pending and no call came back, it is cancelled. Either way a pending deadline
+/// holds no work: io_context::run() returns once the calls are done.
 /// Expiry is delivered on the execution's own executor: with a multi-threaded io_context, run
 /// the calls on a strand, as for any Asio per-operation cancellation. An asynchronous call whose
 /// completion handler has no associated executor is refused before any strategy runs with
@@ -114,9 +118,10 @@ class TimeoutStrategy final : public BasicStrategy<TimeoutStrategy, detail::Time
 
   [[nodiscard]] const TimeoutOptions& options() const noexcept { return options_; }
 
-  /// Cancels the idle deadline timers kevlar keeps on `ctx` at once. They are released by
-  /// themselves shortly after the last call (a few passes of the executor's queue); this is for a
-  /// caller that cannot wait for those passes. Thread-safe.
+  /// Cancels the idle deadline timers kevlar keeps on `ctx` at once (deadlines on a clock other
+  /// than the steady clock: steady-clock deadlines keep no timer on the context). They are
+  /// released by themselves shortly after the last call (a few passes of the executor's queue);
+  /// this is for a caller that cannot wait for those passes. Thread-safe.
   static void release_idle_timers(boost::asio::execution_context& ctx) noexcept;
 
  private:
