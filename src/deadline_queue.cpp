@@ -99,8 +99,17 @@ class DeadlineThread {
   DeadlineThread() noexcept {
     // A forked child has no deadline thread: its first request starts one. The mutex is held
     // across fork() so that the child's copy is not left locked by a thread it does not have.
-    (void)::pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
+    (void)::pthread_atfork([] { instance().before_fork(); }, [] { instance().mutex_.unlock(); },
                            [] { instance().after_fork_in_child(); });
+  }
+
+  /// Before fork(): holds the mutex, with no wake-up in progress, so that the child's copies of
+  /// the requests and of every queue's lock the thread takes are consistent (the thread starts no
+  /// wake-up without the mutex).
+  void before_fork() noexcept {
+    std::unique_lock lock(mutex_);
+    woken_.wait(lock, [&] { return waking_ == nullptr; });
+    (void)lock.release();  // the parent's or the child's handler unlocks it
   }
 
   /// In a forked child: the parent's requests are for queues whose executions the child does not
@@ -161,8 +170,8 @@ class DeadlineThread {
       try {
         q->wake();
       } catch (...) {
-        // Posting an expiry failed (its allocation): the queue asked to be woken again at once,
-        // as a loop's timer would have completed again; the failure has nowhere else to go.
+        // Posting an expiry failed (its allocation): the queue asked to be woken again a
+        // millisecond later; the failure has nowhere else to go.
       }
       lock.lock();
       waking_ = nullptr;
@@ -279,7 +288,11 @@ void DeadlineQueue::arm(DeadlineEntry& e) {
   count_armed(+1);
   // A new head needs the timer; so does any deadline while no wait is outstanding (an expiry
   // whose delivery failed left the timer idle with deadlines armed).
-  if (armed_.front() != &e && timer_waiting_) return;
+  // (A threaded queue's request made before a fork the thread did not survive is gone.)
+  if (armed_.front() != &e && timer_waiting_ &&
+      (!threaded_ || wake_generation_ == DeadlineThread::generation())) {
+    return;
+  }
   try {
     arm_timer_locked(armed_.front()->deadline);
   } catch (...) {

@@ -1270,8 +1270,10 @@ TEST(TimeoutOnTheSteadyClock, LoopsOnSeveralThreadsShareTheDeadlineThread) {
 }
 
 // A child forked after the parent's deadline thread started has no such thread (a thread does not
-// survive fork): its first deadline starts one, and its timeouts expire. (ThreadSanitizer stops a
-// child that starts threads after a multi-threaded fork, so that build skips this test.)
+// survive fork): its first deadline starts one, and its timeouts expire, on contexts it creates
+// and on one it inherited with a call of the same queue pending (whose request the parent's
+// thread took with it). (ThreadSanitizer stops a child that starts threads after a
+// multi-threaded fork, so that build skips this test.)
 TEST(TimeoutOnTheSteadyClock, AForkedChildStartsItsOwnDeadlineThread) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ThreadSanitizer forbids threads in a forked child";
@@ -1293,19 +1295,41 @@ TEST(TimeoutOnTheSteadyClock, AForkedChildStartsItsOwnDeadlineThread) {
     return got == errc::timeout;
   };
   ASSERT_TRUE(expires());  // the parent's deadline thread runs
+  const Shield inherited_shield = Shield{}.timeout(50ms);
+  asio::io_context inherited;
+  int cancels = 0;
+  std::optional<error_code> parents_call;
+  inherited_shield.execute_async(
+      AbortsOnCancel{&cancels},
+      asio::bind_executor(inherited, [&](error_code ec) { parents_call = ec; }));
+  inherited.notify_fork(asio::execution_context::fork_prepare);
   const pid_t child = ::fork();
   ASSERT_NE(child, -1);
   if (child == 0) {
-    // Several calls, each expiring while the thread sleeps with nothing to do: each arms anew
-    // and has to wake the child's thread.
-    bool all = true;
+    inherited.notify_fork(asio::execution_context::fork_child);
+    // A call on the inherited context lands behind the parent's entry in the same queue.
+    std::optional<error_code> childs_call;
+    inherited_shield.execute_async(
+        AbortsOnCancel{&cancels},
+        asio::bind_executor(inherited, [&](error_code ec) { childs_call = ec; }));
+    inherited.restart();
+    while (!childs_call && inherited.run_one_for(30s) == 1) {
+    }
+    bool all = childs_call == errc::timeout;
+    // Several calls on new contexts, each expiring while the thread sleeps with nothing to do:
+    // each arms anew and has to wake the child's thread.
     for (int i = 0; i < 5; ++i) all = expires() && all;
     ::_exit(all ? 0 : 1);
   }
+  inherited.notify_fork(asio::execution_context::fork_parent);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's timeout never expired";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a timeout in the child never expired";
+  inherited.restart();
+  while (!parents_call && inherited.run_one_for(30s) == 1) {
+  }
+  EXPECT_EQ(parents_call, errc::timeout);
 }
 
 // An io_context built without its scheduler's lock lets only its own thread touch its queue: the

@@ -58,16 +58,15 @@ using DeadlineList = IntrusiveList<DeadlineEntry>;
 ///   an Asio reactor there (which any timer brings) would run an epoll_wait syscall on every pass
 ///   over the context's queue for the rest of its life, several times what a call costs on a loop
 ///   without I/O;
-/// - any other clock (a ManualClock), or such an io_context: one clock timer on the executor of the
-/// call that created
-///   the queue, without its strand (Asio's strands of the usual executors) and without
-///   outstanding work: one caller's busy strand must not delay every other caller's deadlines,
-///   nor its work keep the context running. When the queue empties and is still empty once the
-///   engine has returned to its caller (a loop's next call, started from the completion, arms
-///   again before that), a sweep job is posted to the timer's executor; if the queue is still
-///   empty after two passes of that executor's queue (no posted call came back), the sweep
-///   cancels the timer, so that an idle io_context's run() returns. A busy loop keeps its timer
-///   and posts nothing.
+/// - any other clock (a ManualClock), or such an io_context: one clock timer on the executor of
+///   the call that created the queue, without its strand (Asio's strands of the usual
+///   executors) and without outstanding work: one caller's busy strand must not delay every other
+///   caller's deadlines, nor its work keep the context running. When the queue empties and is
+///   still empty once the engine has returned to its caller (a loop's next call, started from the
+///   completion, arms again before that), a sweep job is posted to the timer's executor; if the
+///   queue is still empty after two passes of that executor's queue (no posted call came back),
+///   the sweep cancels the timer, so that an idle io_context's run() returns. A busy loop keeps
+///   its timer and posts nothing.
 class DeadlineQueue final : private ClockWaiter {
  public:
   DeadlineQueue(const Clock& clock, const boost::asio::any_io_executor& ex, bool ordered);
@@ -94,7 +93,7 @@ class DeadlineQueue final : private ClockWaiter {
   void shutdown() noexcept;
   /// The deadline thread's wake-up (threaded queues): expires what is due and asks for the next
   /// wake-up if deadlines remain. Propagates what posting an expiry throws, after asking to be
-  /// woken again at once.
+  /// woken again a millisecond later.
   void wake();
 
  private:

@@ -77,14 +77,15 @@ struct TimeoutFrame {
 /// deadlines of one duration share one queue per execution context (arming and disarming are O(1)
 /// list operations), woken at its earliest deadline. On the steady clock kevlar's deadline thread
 /// (one per process) wakes the queues: nothing is created on the caller's context, which gets no
-/// Asio reactor from a timeout. On another clock (a ManualClock) one clock timer on the context
-/// wakes the queue; it is not cancelled when a call finishes early while another follows, and once
-/// no deadline is pending and no call came back, it is cancelled. Either way a pending deadline
-/// holds no work: io_context::run() returns once the calls are done.
-/// Expiry is delivered on the execution's own executor: with a multi-threaded io_context, run
-/// the calls on a strand, as for any Asio per-operation cancellation. An asynchronous call whose
-/// completion handler has no associated executor is refused before any strategy runs with
-/// `errc::executor_required` (StrategyTraits::needs_executor): its expiry would race the operation.
+/// Asio reactor from a timeout. On another clock (a ManualClock), and on an io_context whose
+/// concurrency hint turns its scheduler's lock off, one clock timer on the context wakes the queue;
+/// it is not cancelled when a call finishes early while another follows, and once no deadline is
+/// pending and no call came back, it is cancelled. Either way a pending deadline holds no work:
+/// io_context::run() returns once the calls are done. Expiry is delivered on the execution's own
+/// executor: with a multi-threaded io_context, run the calls on a strand, as for any Asio
+/// per-operation cancellation. An asynchronous call whose completion handler has no associated
+/// executor is refused before any strategy runs with `errc::executor_required`
+/// (StrategyTraits::needs_executor): its expiry would race the operation.
 ///
 /// Synchronous executions: cooperative. The budget becomes the context's deadline
 /// (Context::cancelled() turns true when it passes, and kevlar's own waits end there); a
@@ -119,7 +120,8 @@ class TimeoutStrategy final : public BasicStrategy<TimeoutStrategy, detail::Time
   [[nodiscard]] const TimeoutOptions& options() const noexcept { return options_; }
 
   /// Cancels the idle deadline timers kevlar keeps on `ctx` at once (deadlines on a clock other
-  /// than the steady clock: steady-clock deadlines keep no timer on the context). They are
+  /// than the steady clock, or on an io_context without its scheduler's lock: other steady-clock
+  /// deadlines keep no timer on the context). They are
   /// released by themselves shortly after the last call (a few passes of the executor's queue);
   /// this is for a caller that cannot wait for those passes. Thread-safe.
   static void release_idle_timers(boost::asio::execution_context& ctx) noexcept;
