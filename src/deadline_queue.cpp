@@ -98,7 +98,8 @@ class DeadlineThread {
 
   DeadlineThread() noexcept {
     // A forked child has no deadline thread: its first request starts one. The mutex is held
-    // across fork() so that the child's copy is not left locked by a thread it does not have.
+    // across fork(), with no wake-up in progress, so that the child copies consistent requests
+    // and no queue lock the thread held; the child then re-creates its synchronisation objects.
     (void)::pthread_atfork([] { instance().before_fork(); }, [] { instance().mutex_.unlock(); },
                            [] { instance().after_fork_in_child(); });
   }
@@ -112,8 +113,9 @@ class DeadlineThread {
     (void)lock.release();  // the parent's or the child's handler unlocks it
   }
 
-  /// In a forked child: the parent's requests are for queues whose executions the child does not
-  /// run (and they would never be woken by a thread the child does not have).
+  /// In a forked child: the parent's requests belong to a thread the child does not have. They
+  /// are dropped; the queues that still need a wake-up (inherited contexts with deadlines armed)
+  /// see the new generation and ask the child's own thread.
   void after_fork_in_child() noexcept {
     // The copies of the mutex (held by the prepare handler) and of the condition variables (which
     // count the parent thread's waits) describe threads the child does not have: start afresh.
