@@ -248,13 +248,11 @@ void DeadlineQueue::link_armed(DeadlineEntry& e) noexcept {
 void DeadlineQueue::arm_timer_locked(Clock::time_point t) {
   if (shut_down_) return;
   if (threaded_) {
-    // A request of an earlier generation was made before a fork the thread did not survive.
-    const std::uint32_t generation = DeadlineThread::generation();
-    if (timer_waiting_ && timer_deadline_ <= t && wake_generation_ == generation) return;
+    if (wake_pending_locked() && timer_deadline_ <= t) return;
     DeadlineThread::instance().wake_at(this, t);  // may throw: nothing is recorded then
     timer_waiting_ = true;
     timer_deadline_ = t;
-    wake_generation_ = generation;
+    wake_generation_ = DeadlineThread::generation();
     return;
   }
   if (timer_waiting_) {
@@ -290,11 +288,7 @@ void DeadlineQueue::arm(DeadlineEntry& e) {
   count_armed(+1);
   // A new head needs the timer; so does any deadline while no wait is outstanding (an expiry
   // whose delivery failed left the timer idle with deadlines armed).
-  // (A threaded queue's request made before a fork the thread did not survive is gone.)
-  if (armed_.front() != &e && timer_waiting_ &&
-      (!threaded_ || wake_generation_ == DeadlineThread::generation())) {
-    return;
-  }
+  if (armed_.front() != &e && wake_pending_locked()) return;
   try {
     arm_timer_locked(armed_.front()->deadline);
   } catch (...) {
@@ -411,8 +405,12 @@ struct FireJob {
 }  // namespace
 
 void DeadlineQueue::complete(const boost::system::error_code&) {
-  std::lock_guard lock(lock_);
-  expire_locked();
+  wake();
+}
+
+bool DeadlineQueue::wake_pending_locked() const noexcept {
+  // A threaded queue's request made before a fork the thread did not survive is gone.
+  return timer_waiting_ && (!threaded_ || wake_generation_ == DeadlineThread::generation());
 }
 
 void DeadlineQueue::wake() {

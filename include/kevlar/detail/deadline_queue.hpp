@@ -111,6 +111,8 @@ class DeadlineQueue final : private ClockWaiter {
   void arm_timer_locked(Clock::time_point t);
   /// Posts the expiry of every due entry and asks for the next wake-up (under the lock).
   void expire_locked();
+  /// Whether a wake-up is on its way for timer_deadline_ or earlier (under the lock).
+  [[nodiscard]] bool wake_pending_locked() const noexcept;
   /// Keeps armed_count_ equal to the length of the armed list (under the lock; read without it).
   void count_armed(int delta) noexcept {
     armed_count_.store(
