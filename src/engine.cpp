@@ -126,7 +126,7 @@ EngineAction CallBase::advance(Step step) {
           continue;
         }
         depth_ = n;
-        ++context_->attempt_;
+        count_attempt();
         return EngineAction::start_operation;
       }
       case Step::complete:
@@ -488,7 +488,7 @@ std::uint32_t CallBase::start_attempt(std::size_t layer, PrepareAttempt prepare,
       throw;
     }
   }
-  ++context_->attempt_;
+  count_attempt();
   AttemptNode& node = *attempt->node_;
   node.parent = this;
   node.id = a.started++;

@@ -108,8 +108,6 @@ class Properties {
     }
     return nullptr;
   }
-  // Allocated on the first set(): an execution that never uses properties (nearly all) builds
-  // and destroys one null pointer instead of a vector.
   /// Deletes the entries out of line, so that the destructor of every context (every
   /// execution's) stays one test of a null pointer that its caller inlines.
   struct DeleteEntries {
@@ -117,6 +115,8 @@ class Properties {
       delete entries;
     }
   };
+  // Allocated on the first set(): an execution that never uses properties (nearly all) builds
+  // and destroys one null pointer instead of a vector.
   std::unique_ptr<std::vector<Entry>, DeleteEntries> entries_;
 };
 
@@ -143,7 +143,7 @@ class Context {
   Context& operator=(const Context&) = delete;
   // Inlined into every execution's epilogue: two tests of a null pointer when no stop token and
   // no property was set (Properties keeps the rest out of line).
-  [[gnu::always_inline]] inline ~Context() {}  // NOLINT(modernize-use-equals-default)
+  [[gnu::always_inline]] ~Context() {}  // NOLINT(modernize-use-equals-default)
 
   /// The attempt number: 1 while the user's function runs for the first time, 2 for the second
   /// (retries, hedges) and so on; 0 before the first attempt starts.

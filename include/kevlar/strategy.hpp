@@ -670,7 +670,7 @@ namespace detail {
 // asynchronous machine (src/engine.cpp) and a synchronous execution's walk (SyncCall::run) both
 // inline them.
 
-[[gnu::always_inline]] inline Step CallBase::dispatch_start(std::size_t index) {
+inline Step CallBase::dispatch_start(std::size_t index) {
   Layer layer(*this, index);
   try {
     return layers_[index].strategy->on_start(layer);
@@ -679,7 +679,7 @@ namespace detail {
   }
 }
 
-[[gnu::always_inline]] inline Step CallBase::dispatch_inner_complete(std::size_t index) {
+inline Step CallBase::dispatch_inner_complete(std::size_t index) {
   const PipelineLayer& entry = layers_[index];
   // No hook: the strategy keeps Strategy's default, which completes the layer as it is.
   if (entry.inner_complete == nullptr) return Step::complete;
@@ -691,7 +691,7 @@ namespace detail {
   }
 }
 
-[[gnu::always_inline]] inline void CallBase::finish_layer(std::size_t index) noexcept {
+inline void CallBase::finish_layer(std::size_t index) noexcept {
   const PipelineLayer& entry = layers_[index];
   if (entry.finish != nullptr) {  // none: Strategy's default, which does nothing
     Layer layer(*this, index);

@@ -580,7 +580,8 @@ class CallBase : private ClockWaiter {
   /// operation; its completion calls operation_completed().
   virtual void invoke_operation() = 0;
   /// Asynchronous executions: the outermost layer completed; hand the outcome to the caller and
-  /// destroy the execution. (A synchronous caller reads the outcome once run() returns.)
+  /// destroy the execution. (A synchronous caller reads the outcome once SyncCall::run()
+  /// returns.)
   virtual void deliver() = 0;
   /// Destroys an asynchronous execution without delivering.
   virtual void destroy() noexcept = 0;
@@ -613,11 +614,11 @@ class CallBase : private ClockWaiter {
   // The callbacks' dispatchers, defined inline in <kevlar/strategy.hpp> (they need Layer), where a
   // synchronous execution's walk (SyncCall::run) sees them too.
   /// Calls the layer's on_start; a callback that throws fails the layer (fail_layer).
-  Step dispatch_start(std::size_t index);
+  [[gnu::always_inline]] inline Step dispatch_start(std::size_t index);
   /// Calls the layer's on_inner_complete hook, if it has one.
-  Step dispatch_inner_complete(std::size_t index);
+  [[gnu::always_inline]] inline Step dispatch_inner_complete(std::size_t index);
   /// The layer ends: its on_finish hook, then the cancellation it started for its inner part.
-  void finish_layer(std::size_t index) noexcept;
+  [[gnu::always_inline]] inline void finish_layer(std::size_t index) noexcept;
   /// Step::wait: blocks until wait_deadline_ (or the context's deadline, if earlier) and reports
   /// how it ended to the layer; Step::suspend: fails the layer.
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);

@@ -106,8 +106,9 @@ class SyncCall final : public CallBase {
   /// instructions for one pass-through layer against 185 with this walk
   /// (tools/count-instructions.sh, pass_through, when the machine was split out). Compiled here
   /// for the call's type, the walk calls the user's function directly, not through the virtual
-  /// invoke_operation(), and its outer layers inline into Shield::execute's out-of-line path: 21
-  /// instructions fewer per one-layer call than the same walk compiled once in src/engine.cpp.
+  /// invoke_operation(), and its outer layers inline into this function: with g++ 12 the whole
+  /// one-layer execution is one function, Shield::execute's out-of-line path. That and the
+  /// context's inlined destructor took a one-layer call from 154 to 133 instructions.
   void run() {
     // The thread-local marker of a running engine is left alone: only handlers of asynchronous
     // steps read it; depth_ too (only the asynchronous paths, a pending step and abandonment).
@@ -156,8 +157,8 @@ class SyncCall final : public CallBase {
   /// One layer and everything inside it, each layer in a C++ frame of its own. The outer
   /// `Inlined` + 1 levels are inlined into the caller, the deeper ones are calls of run_layer().
   /// run() inlines three (timeout -> retry -> breaker whole: 487 instructions per call against
-  /// 503 with two levels or one; tools/count-instructions.sh, g++ 12), and so does the observed
-  /// path.
+  /// 503 with two levels or one; tools/count-instructions.sh, g++ 12); the observed path, cold
+  /// and apart, none: each inlined level is one more copy of the dispatchers per call type.
   template <int Inlined>
   [[gnu::always_inline]] void walk_layer(std::size_t index) {
     Step step = dispatch_start(index);
@@ -190,16 +191,16 @@ class SyncCall final : public CallBase {
   }
 
   /// An observed pipeline (PipelineView::observes_executions) or one without layers (an observed
-  /// empty shield, or execute_outcome() on an empty one). Apart from run() on purpose: one body
-  /// testing the flag twice measured 4 instructions more per unobserved call, and this path's walk
-  /// stays out of Shield::execute's.
+  /// empty shield, or execute_outcome() on an empty one). Apart from run() on purpose, so that the
+  /// unobserved path tests the flags once (testing one twice measured 4 instructions more per
+  /// call when the walk was split out of the machine, pass_through 188 -> 192).
   [[gnu::noinline]] void run_observed_or_empty() {
     const bool observed = pipeline().observes_executions;
     if (observed) observe_start();
     if (pipeline().size == 0) {
       run_attempt();
     } else {
-      walk_layer<2>(0);
+      run_layer(0);
     }
     if (observed) observe_finish();
   }
