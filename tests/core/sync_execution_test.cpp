@@ -5,7 +5,13 @@
 #include <gtest/gtest.h>
 #include <boost/asio/error.hpp>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -49,6 +55,95 @@ TEST(SyncExecution, StrategiesRunInChainOrderForAnyLength) {
       expected.push_back(std::to_string(i) + ":finish");
     }
     EXPECT_EQ(log.events(), expected) << "n = " << n;
+  }
+}
+
+/// `n` recorders "0" .. "n-1" with `inserted` placed just inside recorder `k`.
+Shield recorders_around(int n, int k, EventLog& log, std::shared_ptr<Strategy> inserted) {
+  Shield shield;
+  for (int i = 0; i < n; ++i) {
+    shield = shield.use(std::make_shared<Recorder>(std::to_string(i), log));
+    if (i == k) shield = shield.use(inserted);
+  }
+  return shield;
+}
+
+std::size_t count_of(const std::vector<std::string>& events, const std::string& e) {
+  return static_cast<std::size_t>(std::count(events.begin(), events.end(), e));
+}
+
+// The synchronous walk inlines its outer levels and calls an out-of-line copy for deeper ones:
+// a strategy's steps must mean the same at every depth.
+
+TEST(SyncExecution, ARepeaterAtAnyDepthRerunsOnlyTheLayersInsideIt) {
+  for (int n = 1; n <= 6; ++n) {
+    for (int k = 0; k < n; ++k) {
+      EventLog log;
+      const Shield shield = recorders_around(n, k, log, std::make_shared<test::Repeat>(2));
+      std::vector<std::uint32_t> attempts;
+      try {
+        shield.execute([&](Context& ctx) -> int {
+          attempts.push_back(ctx.attempt());
+          throw std::runtime_error("failure " + std::to_string(ctx.attempt()));
+        });
+        ADD_FAILURE() << "no exception, n = " << n << ", k = " << k;
+      } catch (const std::runtime_error& e) {
+        EXPECT_STREQ(e.what(), "failure 3") << "n = " << n << ", k = " << k;
+      }
+      EXPECT_EQ(attempts, (std::vector<std::uint32_t>{1, 2, 3})) << "n = " << n << ", k = " << k;
+      const std::vector<std::string> events = log.events();
+      for (int i = 0; i < n; ++i) {
+        const std::size_t runs = i <= k ? 1 : 3;  // the layers inside the repeater run each time
+        const std::string id = std::to_string(i);
+        EXPECT_EQ(count_of(events, id + ":start"), runs) << "n = " << n << ", k = " << k;
+        EXPECT_EQ(count_of(events, id + ":finish"), runs) << "n = " << n << ", k = " << k;
+      }
+      EXPECT_EQ(events.back(), "0:finish");
+    }
+  }
+}
+
+TEST(SyncExecution, AStrategyThrowingAtAnyDepthFailsTheExecutionAndEndsTheLayersOutside) {
+  for (int n = 1; n <= 6; ++n) {
+    for (int k = 0; k < n; ++k) {
+      EventLog log;
+      const Shield shield = recorders_around(n, k, log, std::make_shared<test::Throwing>());
+      bool ran = false;
+      const Outcome<int> outcome = shield.execute_outcome([&] {
+        ran = true;
+        return 1;
+      });
+      ASSERT_TRUE(outcome.has_exception()) << "n = " << n << ", k = " << k;
+      EXPECT_THROW(std::rethrow_exception(outcome.exception()), std::runtime_error);
+      EXPECT_FALSE(ran);
+      std::vector<std::string> expected;
+      for (int i = 0; i <= k; ++i) expected.push_back(std::to_string(i) + ":start");
+      for (int i = k; i >= 0; --i) {
+        expected.push_back(std::to_string(i) + ":inner");
+        expected.push_back(std::to_string(i) + ":finish");
+      }
+      EXPECT_EQ(log.events(), expected) << "n = " << n << ", k = " << k;
+    }
+  }
+}
+
+TEST(SyncExecution, AWaitAtAnyDepthBlocksOnTheShieldsClock) {
+  for (const int k : {0, 2, 4, 5}) {
+    auto clock = ManualClock::create();
+    EventLog log;
+    const Shield shield =
+        recorders_around(6, k, log, std::make_shared<test::Delay>(std::chrono::seconds(5)))
+            .with_clock(clock);
+    std::atomic<int> ran{0};
+    std::jthread caller(
+        [&] { EXPECT_EQ(shield.execute([&] { return ++ran; }), 1) << "k = " << k; });
+    clock->wait_for_sleepers(1);
+    EXPECT_EQ(ran.load(), 0) << "k = " << k;  // blocked in the wait, inside layer k
+    EXPECT_EQ(count_of(log.events(), std::to_string(k + 1) + ":start"), 0U) << "k = " << k;
+    clock->advance(std::chrono::seconds(5));
+    caller.join();
+    EXPECT_EQ(ran.load(), 1) << "k = " << k;
+    EXPECT_EQ(log.events().size(), 18U) << "k = " << k;  // every recorder started and finished
   }
 }
 
