@@ -138,8 +138,10 @@ TEST(SyncExecution, AWaitAtAnyDepthBlocksOnTheShieldsClock) {
     std::jthread caller(
         [&] { EXPECT_EQ(shield.execute([&] { return ++ran; }), 1) << "k = " << k; });
     clock->wait_for_sleepers(1);
-    EXPECT_EQ(ran.load(), 0) << "k = " << k;  // blocked in the wait, inside layer k
-    EXPECT_EQ(count_of(log.events(), std::to_string(k + 1) + ":start"), 0U) << "k = " << k;
+    // Blocked in the wait, inside layer k: the layers up to k started, none inside it did.
+    EXPECT_EQ(ran.load(), 0) << "k = " << k;
+    EXPECT_EQ(log.events().size(), static_cast<std::size_t>(k + 1)) << "k = " << k;
+    EXPECT_EQ(log.events().back(), std::to_string(k) + ":start") << "k = " << k;
     clock->advance(std::chrono::seconds(5));
     caller.join();
     EXPECT_EQ(ran.load(), 1) << "k = " << k;
