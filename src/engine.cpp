@@ -40,33 +40,12 @@ class RunningScope {
 
 }  // namespace
 
-inline Step CallBase::dispatch_start(std::size_t index) {
-  Layer layer(*this, index);
-  try {
-    return layers_[index].strategy->on_start(layer);
-  } catch (...) {
-    return fail_layer(index, std::current_exception());
-  }
-}
-
 Step call_on_inner_complete(Strategy& strategy, Layer& layer) {
   return strategy.on_inner_complete(layer);
 }
 
 void call_on_finish(Strategy& strategy, Layer& layer) noexcept {
   strategy.on_finish(layer);
-}
-
-inline Step CallBase::dispatch_inner_complete(std::size_t index) {
-  const PipelineLayer& entry = layers_[index];
-  // No hook: the strategy keeps Strategy's default, which completes the layer as it is.
-  if (entry.inner_complete == nullptr) return Step::complete;
-  Layer layer(*this, index);
-  try {
-    return entry.inner_complete(*entry.strategy, layer);
-  } catch (...) {
-    return fail_layer(index, std::current_exception());
-  }
 }
 
 Step CallBase::dispatch_attempt_complete(std::size_t index, std::uint32_t id) {
@@ -104,20 +83,6 @@ Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
     }
   }
   return Step::complete;
-}
-
-void CallBase::finish_layer(std::size_t index) noexcept {
-  const PipelineLayer& entry = layers_[index];
-  if (entry.finish != nullptr) {  // none: Strategy's default, which does nothing
-    Layer layer(*this, index);
-    entry.finish(*entry.strategy, layer);
-  }
-  // A cancellation this layer started for its inner part ends with it (a retry outside a timeout
-  // starts its next attempt uncancelled).
-  if (cancel_origin_ == index + 1) {
-    cancel_origin_ = no_layer;
-    context_->cancel_requested_ = false;
-  }
 }
 
 // ---- the machine: events in, actions out -------------------------------------------------------
@@ -161,7 +126,7 @@ EngineAction CallBase::advance(Step step) {
           continue;
         }
         depth_ = n;
-        ++context_->attempt_;
+        count_attempt();
         return EngineAction::start_operation;
       }
       case Step::complete:
@@ -233,61 +198,8 @@ EngineAction CallBase::wait_done(const boost::system::error_code& ec) {
 
 // ---- the synchronous shell ----------------------------------------------------------------------
 //
-// A synchronous execution sees a subset of the machine's transitions: its operation and its waits
-// complete before the shell returns to the machine, no step is ever pending, no layer runs
-// attempts (Layer::start_attempt refuses), and no deadline check falls between a wait and the next
-// attempt (a wait that reaches the deadline reports itself aborted). The shell walks that subset
-// with each layer in a C++ frame of its own, so the depth lives on the stack and the compiler
-// keeps it in a register. Driving it through advance() instead was measured at 245 instructions
-// for one pass-through layer against 185 with this walk (tools/count-instructions.sh,
-// pass_through, when the machine was split out): the member depth, the action dispatch and the
-// asynchronous-only checks on every step.
-
-void CallBase::run_sync() {
-  // The thread-local marker of a running engine is left alone: only handlers of asynchronous steps
-  // read it; depth_ too (only the asynchronous paths, a pending step and abandonment, read it).
-  // The observed path is written apart on purpose: with one body testing the flag twice the
-  // unobserved path measured 4 instructions more per call (pass_through 188 -> 192).
-  if (pipeline_->observes_executions) [[unlikely]] {
-    observe_start();
-    if (pipeline_->size == 0) {
-      run_attempt_sync();
-    } else {
-      run_layer_sync(0);
-    }
-    observe_finish();
-    return;
-  }
-  if (pipeline_->size == 0) {
-    run_attempt_sync();
-    return;  // the caller takes the outcome from here
-  }
-  run_layer_sync(0);
-}
-
-inline void CallBase::run_attempt_sync() {
-  ++context_->attempt_;
-  invoke_operation();  // stores the outcome, the exception included
-}
-
-void CallBase::run_layer_sync(std::size_t index) {
-  Step step = dispatch_start(index);
-  for (;;) {
-    if (step == Step::run_inner) {  // the machine's next layer, or its start_operation
-      if (index + 1 < pipeline_->size) {
-        run_layer_sync(index + 1);
-      } else {
-        run_attempt_sync();
-      }
-      step = dispatch_inner_complete(index);
-    } else if (step == Step::complete) {  // the outer layer's inner_complete, or deliver
-      finish_layer(index);
-      return;
-    } else {
-      step = sync_wait(index, step);
-    }
-  }
-}
+// The walk itself is SyncCall::run (detail/sync_call.hpp), compiled for each call's type; what it
+// shares with the asynchronous machine (the dispatchers) is inline in <kevlar/strategy.hpp>.
 
 Step CallBase::sync_wait(std::size_t index, Step step) {
   if (step == Step::suspend) {
@@ -576,7 +488,7 @@ std::uint32_t CallBase::start_attempt(std::size_t layer, PrepareAttempt prepare,
       throw;
     }
   }
-  ++context_->attempt_;
+  count_attempt();
   AttemptNode& node = *attempt->node_;
   node.parent = this;
   node.id = a.started++;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kevlar/clock.hpp>
+#include <kevlar/detail/always_inline.hpp>
 
 #include <any>
 #include <cstdint>
@@ -40,8 +41,7 @@ class Properties {
  public:
   Properties() noexcept = default;
   Properties(const Properties& other)
-      : entries_(other.entries_ ? std::make_unique<std::vector<Entry>>(*other.entries_) : nullptr) {
-  }
+      : entries_(other.entries_ ? new std::vector<Entry>(*other.entries_) : nullptr) {}
   Properties& operator=(const Properties& other) {
     if (this != &other) Properties(other).swap(*this);
     return *this;
@@ -57,7 +57,7 @@ class Properties {
       e->value = std::move(value);
       return;
     }
-    if (!entries_) entries_ = std::make_unique<std::vector<Entry>>();
+    if (!entries_) entries_.reset(new std::vector<Entry>());
     entries_->push_back(Entry{key.name(), std::type_index(typeid(T)), std::any(std::move(value))});
   }
   /// The value under `key`, or nullptr if none was set.
@@ -109,9 +109,16 @@ class Properties {
     }
     return nullptr;
   }
+  /// Deletes the entries out of line, so that the destructor of every context (every
+  /// execution's) stays one test of a null pointer that its caller inlines.
+  struct DeleteEntries {
+    [[gnu::noinline]] void operator()(std::vector<Entry>* entries) const noexcept {
+      delete entries;
+    }
+  };
   // Allocated on the first set(): an execution that never uses properties (nearly all) builds
   // and destroys one null pointer instead of a vector.
-  std::unique_ptr<std::vector<Entry>> entries_;
+  std::unique_ptr<std::vector<Entry>, DeleteEntries> entries_;
 };
 
 namespace detail {
@@ -135,6 +142,9 @@ class Context {
         synchronous_(synchronous) {}
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
+  // Inlined into every execution's epilogue: two tests of a null pointer when no stop token and
+  // no property was set (Properties keeps the rest out of line).
+  KEVLAR_DETAIL_ALWAYS_INLINE ~Context() {}  // NOLINT(modernize-use-equals-default)
 
   /// The attempt number: 1 while the user's function runs for the first time, 2 for the second
   /// (retries, hedges) and so on; 0 before the first attempt starts.

@@ -438,7 +438,7 @@ class Shield {
     Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, detail::SyncValue<Fn>> call(v, frames.data(), ctx, fn);
-    call.run_sync();
+    call.run();
     return call.take_value();  // no Outcome in between: the value moves once
   }
 
@@ -454,7 +454,7 @@ class Shield {
     Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
-    call.run_sync();
+    call.run();
     return call.take_outcome();
   }
 

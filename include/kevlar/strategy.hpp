@@ -17,6 +17,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <new>
 #include <string>
@@ -662,5 +663,48 @@ class BasicStrategy : public Strategy {
   Derived& derived() noexcept { return static_cast<Derived&>(*this); }
   const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
 };
+
+namespace detail {
+
+// CallBase's dispatchers (detail/engine.hpp): here, where Layer is complete, so that the
+// asynchronous machine (src/engine.cpp) and a synchronous execution's walk (SyncCall::run) both
+// inline them.
+
+inline Step CallBase::dispatch_start(std::size_t index) {
+  Layer layer(*this, index);
+  try {
+    return layers_[index].strategy->on_start(layer);
+  } catch (...) {
+    return fail_layer(index, std::current_exception());
+  }
+}
+
+inline Step CallBase::dispatch_inner_complete(std::size_t index) {
+  const PipelineLayer& entry = layers_[index];
+  // No hook: the strategy keeps Strategy's default, which completes the layer as it is.
+  if (entry.inner_complete == nullptr) return Step::complete;
+  Layer layer(*this, index);
+  try {
+    return entry.inner_complete(*entry.strategy, layer);
+  } catch (...) {
+    return fail_layer(index, std::current_exception());
+  }
+}
+
+inline void CallBase::finish_layer(std::size_t index) noexcept {
+  const PipelineLayer& entry = layers_[index];
+  if (entry.finish != nullptr) {  // none: Strategy's default, which does nothing
+    Layer layer(*this, index);
+    entry.finish(*entry.strategy, layer);
+  }
+  // A cancellation this layer started for its inner part ends with it (a retry outside a timeout
+  // starts its next attempt uncancelled).
+  if (cancel_origin_ == index + 1) {
+    cancel_origin_ = no_layer;
+    context_->cancel_requested_ = false;
+  }
+}
+
+}  // namespace detail
 
 }  // namespace kevlar

@@ -72,8 +72,8 @@ std::size_t count_of(const std::vector<std::string>& events, const std::string& 
   return static_cast<std::size_t>(std::count(events.begin(), events.end(), e));
 }
 
-// A strategy's steps mean the same at every depth of the synchronous walk: each kind of step at
-// every depth of pipelines of one to six layers.
+// The synchronous walk inlines its outer levels and calls an out-of-line copy for deeper ones:
+// a strategy's steps must mean the same at every depth.
 
 TEST(SyncExecution, ARepeaterAtAnyDepthRerunsOnlyTheLayersInsideIt) {
   for (int n = 1; n <= 6; ++n) {

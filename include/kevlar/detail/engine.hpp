@@ -6,6 +6,7 @@
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/detail/always_inline.hpp>
 #include <kevlar/detail/trampoline.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
@@ -371,10 +372,12 @@ class DeferredChecks {
 ///   something from outside, which it returns as an EngineAction. It starts no operation, arms
 ///   no timer and delivers nothing (it may cancel or release a parked layer's attempts, which
 ///   are executions of their own).
-/// - the synchronous shell (`run_sync`) performs each action on the calling thread: it runs the
-///   operation, blocks for a wait, and returns on delivery. It walks the subset of the machine's
-///   transitions a synchronous execution can take (no pending step, no attempts) with the depth
-///   on the C++ stack, which costs a quarter less than driving advance() (src/engine.cpp).
+/// - the synchronous shell (SyncCall::run, detail/sync_call.hpp) performs each action on the
+///   calling thread: it runs the operation, blocks for a wait, and returns on delivery. It walks
+///   the subset of the machine's transitions a synchronous execution can take (no pending step,
+///   no attempts) with the depth on the C++ stack, which costs a quarter less than driving
+///   advance(), and is compiled for each call's type, so that it calls the user's function
+///   directly.
 /// - the asynchronous shell (`run`, `perform` and the completions that resume it) starts the
 ///   operation or the timer with a handler that owns the execution, and feeds their completions
 ///   back to the machine; it delivers through the caller's handler.
@@ -417,7 +420,7 @@ class CallBase : private ClockWaiter {
   /// Applies `step`, the one the layer at the current depth returned (Step::run_inner with no
   /// layer entered yet starts the execution), calling strategies until the execution needs
   /// something from outside, and returns what. Starts no operation, arms no timer, delivers
-  /// nothing: the shells do (run_sync, run and the completions that resume it).
+  /// nothing: the shells do (SyncCall::run, run and the completions that resume it).
   EngineAction advance(Step step);
   /// Event: the operation of the attempt advance() asked for (start_operation) completed; its
   /// outcome is in outcome().
@@ -432,9 +435,6 @@ class CallBase : private ClockWaiter {
   /// Asynchronous executions: performs `step` for the current layer and keeps going until the
   /// execution completes or a step is pending.
   void run(Step step);
-  /// Synchronous executions: runs the whole execution on the calling thread; the outcome is in
-  /// outcome() when it returns.
-  void run_sync();
   /// The user's operation completed; its result is in outcome_.
   void operation_completed();
   /// A wait started by a strategy (Step::wait or Layer::wait_handler) completed.
@@ -581,7 +581,8 @@ class CallBase : private ClockWaiter {
   /// operation; its completion calls operation_completed().
   virtual void invoke_operation() = 0;
   /// Asynchronous executions: the outermost layer completed; hand the outcome to the caller and
-  /// destroy the execution. (A synchronous caller reads the outcome once run() returns.)
+  /// destroy the execution. (A synchronous caller reads the outcome once SyncCall::run()
+  /// returns.)
   virtual void deliver() = 0;
   /// Destroys an asynchronous execution without delivering.
   virtual void destroy() noexcept = 0;
@@ -611,16 +612,26 @@ class CallBase : private ClockWaiter {
   [[nodiscard]] AttemptNode* attempt_node() const noexcept { return node_; }
 
  protected:
+  // The callbacks' dispatchers, defined inline in <kevlar/strategy.hpp> (they need Layer), where a
+  // synchronous execution's walk (SyncCall::run) sees them too.
+  /// Calls the layer's on_start; a callback that throws fails the layer (fail_layer).
+  KEVLAR_DETAIL_ALWAYS_INLINE inline Step dispatch_start(std::size_t index);
+  /// Calls the layer's on_inner_complete hook, if it has one.
+  KEVLAR_DETAIL_ALWAYS_INLINE inline Step dispatch_inner_complete(std::size_t index);
+  /// The layer ends: its on_finish hook, then the cancellation it started for its inner part.
+  KEVLAR_DETAIL_ALWAYS_INLINE inline void finish_layer(std::size_t index) noexcept;
+  /// Step::wait: blocks until wait_deadline_ (or the context's deadline, if earlier) and reports
+  /// how it ended to the layer; Step::suspend: fails the layer.
+  [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
+  /// A synchronous attempt starts: Context::attempt() counts it.
+  void count_attempt() noexcept { ++context_->attempt_; }
 
   OutcomeState outcome_;
   AsyncSteps* async_ = nullptr;  ///< set by asynchronous executions
 
  private:
-  Step dispatch_start(std::size_t index);
-  Step dispatch_inner_complete(std::size_t index);
   Step dispatch_wait_complete(std::size_t index, const boost::system::error_code& ec);
   Step fail_layer(std::size_t index, std::exception_ptr ep) noexcept;
-  void finish_layer(std::size_t index) noexcept;
   // The asynchronous shell.
   /// Performs `action` and the ones that follow until a step is pending or the execution ended.
   void perform(EngineAction action);
@@ -630,12 +641,6 @@ class CallBase : private ClockWaiter {
   /// Arms the timer of Step::wait; false if that threw (the outcome is then the exception).
   bool start_wait();
 
-  // The synchronous shell.
-  void run_layer_sync(std::size_t index);
-  void run_attempt_sync();
-  /// Step::wait: blocks until wait_deadline_ (or the context's deadline, if earlier) and reports
-  /// how it ended to the layer; Step::suspend: fails the layer.
-  [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   void resume_after_operation();
   void resume_after_wait(const boost::system::error_code& ec);
   void emit_step(boost::asio::cancellation_type type) noexcept;

@@ -1,6 +1,7 @@
 // kevlar — internal: a synchronous execution (Shield::execute).
 #pragma once
 
+#include <kevlar/detail/always_inline.hpp>
 #include <kevlar/detail/engine.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/outcome.hpp>
@@ -94,6 +95,32 @@ class SyncCall final : public CallBase {
     }
   }
 
+  /// Runs the whole execution on the calling thread (the engine's synchronous shell); the outcome
+  /// is the caller's when it returns.
+  ///
+  /// A synchronous execution sees a subset of the machine's transitions (CallBase::advance): its
+  /// operation and its waits complete before the shell goes on, no step is ever pending, no layer
+  /// runs attempts (Layer::start_attempt refuses), and no deadline check falls between a wait and
+  /// the next attempt (a wait that reaches the deadline reports itself aborted). The shell walks
+  /// that subset with each layer in a C++ frame of its own, so the depth lives on the stack and the
+  /// compiler keeps it in a register: driving it through advance() was measured at 245
+  /// instructions for one pass-through layer against 185 with this walk
+  /// (tools/count-instructions.sh, pass_through, when the machine was split out). Compiled here
+  /// for the call's type, the walk calls the user's function directly, not through the virtual
+  /// invoke_operation(), and its outer layers inline into this function: with g++ 12 the whole
+  /// one-layer execution is one function, Shield::execute's out-of-line path. That and the
+  /// context's inlined destructor took a one-layer call from 154 to 133 instructions.
+  void run() {
+    // The thread-local marker of a running engine is left alone: only handlers of asynchronous
+    // steps read it; depth_ too (only the asynchronous paths, a pending step and abandonment).
+    const PipelineView& p = pipeline();
+    if (p.observes_executions || p.size == 0) [[unlikely]] {
+      run_observed_or_empty();
+      return;
+    }
+    walk_layer<2>(0);
+  }
+
   /// The value, or the failure thrown as Outcome<R>::value() would throw it.
   R take_value() {
     switch (outcome_.kind) {
@@ -128,6 +155,59 @@ class SyncCall final : public CallBase {
   }
 
  private:
+  /// One layer and everything inside it, each layer in a C++ frame of its own. The outer
+  /// `Inlined` + 1 levels are inlined into the caller, the deeper ones are calls of run_layer().
+  /// run() inlines three (timeout -> retry -> breaker whole: 487 instructions per call against
+  /// 503 with two levels or one; tools/count-instructions.sh, g++ 12); the observed path, cold
+  /// and apart, none: each inlined level is one more copy of the dispatchers per call type. An
+  /// unoptimised build inlines none of this (KEVLAR_DETAIL_ALWAYS_INLINE): each level is a
+  /// function of its own there.
+  template <int Inlined>
+  KEVLAR_DETAIL_ALWAYS_INLINE void walk_layer(std::size_t index) {
+    Step step = dispatch_start(index);
+    for (;;) {
+      if (step == Step::run_inner) {  // the machine's next layer, or its start_operation
+        if (index + 1 < pipeline().size) {
+          if constexpr (Inlined > 0) {
+            walk_layer<Inlined - 1>(index + 1);
+          } else {
+            run_layer(index + 1);
+          }
+        } else {
+          run_attempt();
+        }
+        step = dispatch_inner_complete(index);
+      } else if (step == Step::complete) {  // the outer layer's inner_complete, or deliver
+        finish_layer(index);
+        return;
+      } else {
+        step = sync_wait(index, step);
+      }
+    }
+  }
+  void run_layer(std::size_t index) { walk_layer<0>(index); }
+
+  /// The user's function, once.
+  KEVLAR_DETAIL_ALWAYS_INLINE void run_attempt() {
+    count_attempt();
+    SyncCall::invoke_operation();  // stores the outcome, the exception included
+  }
+
+  /// An observed pipeline (PipelineView::observes_executions) or one without layers (an observed
+  /// empty shield, or execute_outcome() on an empty one). Apart from run() on purpose, so that the
+  /// unobserved path tests the flags once (testing one twice measured 4 instructions more per
+  /// call when the walk was split out of the machine, pass_through 188 -> 192).
+  [[gnu::noinline]] void run_observed_or_empty() {
+    const bool observed = pipeline().observes_executions;
+    if (observed) observe_start();
+    if (pipeline().size == 0) {
+      run_attempt();
+    } else {
+      run_layer(0);
+    }
+    if (observed) observe_finish();
+  }
+
   void invoke_operation() override {
     try {
       if constexpr (std::is_void_v<R>) {
