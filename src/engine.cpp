@@ -222,7 +222,7 @@ Step CallBase::sync_wait(std::size_t index, Step step) {
 
 // ---- the asynchronous shell ---------------------------------------------------------------------
 
-[[gnu::always_inline]] inline void CallBase::perform(EngineAction action) {
+KEVLAR_DETAIL_ALWAYS_INLINE inline void CallBase::perform(EngineAction action) {
   for (;;) {
     switch (action) {
       case EngineAction::start_operation:

@@ -40,6 +40,7 @@ class Key {
 class Properties {
  public:
   Properties() noexcept = default;
+  // Plain new (owned at once by entries_): std::make_unique cannot name the custom deleter.
   Properties(const Properties& other)
       : entries_(other.entries_ ? new std::vector<Entry>(*other.entries_) : nullptr) {}
   Properties& operator=(const Properties& other) {
@@ -142,9 +143,9 @@ class Context {
         synchronous_(synchronous) {}
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
-  // Inlined into every execution's epilogue: two tests of a null pointer when no stop token and
-  // no property was set (Properties keeps the rest out of line).
-  KEVLAR_DETAIL_ALWAYS_INLINE ~Context() {}  // NOLINT(modernize-use-equals-default)
+  // Inlined into every execution's epilogue in optimised builds: two tests of a null pointer when
+  // no stop token and no property was set (Properties keeps the rest out of line).
+  KEVLAR_DETAIL_ALWAYS_INLINE ~Context() {}
 
   /// The attempt number: 1 while the user's function runs for the first time, 2 for the second
   /// (retries, hedges) and so on; 0 before the first attempt starts.

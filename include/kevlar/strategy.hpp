@@ -4,6 +4,7 @@
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/detail/always_inline.hpp>
 #include <kevlar/detail/block_cache.hpp>
 #include <kevlar/detail/deadline_queue.hpp>
 #include <kevlar/detail/engine.hpp>
@@ -330,8 +331,8 @@ class Layer {
   /// synchronous execution (block on `semaphore.acquire_or_error(context().stop_token())`
   /// there).
   template <class Semaphore>
-  requires detail::is_unpaired_semaphore<Semaphore>
-  [[gnu::always_inline]] void wait_in_queue(Semaphore& semaphore) const;
+  requires detail::is_unpaired_semaphore<Semaphore> KEVLAR_DETAIL_ALWAYS_INLINE void wait_in_queue(
+      Semaphore& semaphore) const;
 
   /// Asynchronous executions: the executor the execution's completions run on.
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept {
@@ -668,7 +669,7 @@ namespace detail {
 
 // CallBase's dispatchers (detail/engine.hpp): here, where Layer is complete, so that the
 // asynchronous machine (src/engine.cpp) and a synchronous execution's walk (SyncCall::run) both
-// inline them.
+// inline them in optimised builds (KEVLAR_DETAIL_ALWAYS_INLINE).
 
 inline Step CallBase::dispatch_start(std::size_t index) {
   Layer layer(*this, index);

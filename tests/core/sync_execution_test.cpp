@@ -72,8 +72,9 @@ std::size_t count_of(const std::vector<std::string>& events, const std::string& 
   return static_cast<std::size_t>(std::count(events.begin(), events.end(), e));
 }
 
-// The synchronous walk inlines its outer levels and calls an out-of-line copy for deeper ones:
-// a strategy's steps must mean the same at every depth.
+// The synchronous walk has a copy per level for the outer three (inlined into one function in an
+// optimised build, functions of their own at -O0) and calls a shared copy for deeper ones: a
+// strategy's steps must mean the same at every depth.
 
 TEST(SyncExecution, ARepeaterAtAnyDepthRerunsOnlyTheLayersInsideIt) {
   for (int n = 1; n <= 6; ++n) {

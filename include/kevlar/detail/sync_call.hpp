@@ -107,9 +107,10 @@ class SyncCall final : public CallBase {
   /// instructions for one pass-through layer against 185 with this walk
   /// (tools/count-instructions.sh, pass_through, when the machine was split out). Compiled here
   /// for the call's type, the walk calls the user's function directly, not through the virtual
-  /// invoke_operation(), and its outer layers inline into this function: with g++ 12 the whole
-  /// one-layer execution is one function, Shield::execute's out-of-line path. That and the
-  /// context's inlined destructor took a one-layer call from 154 to 133 instructions.
+  /// invoke_operation(), and in an optimised build its outer layers inline into this function:
+  /// with g++ 12 the whole one-layer execution is one function, Shield::execute's out-of-line
+  /// path. That and the context's inlined destructor took a one-layer call from 154 to 133
+  /// instructions.
   void run() {
     // The thread-local marker of a running engine is left alone: only handlers of asynchronous
     // steps read it; depth_ too (only the asynchronous paths, a pending step and abandonment).
