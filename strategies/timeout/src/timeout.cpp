@@ -24,19 +24,34 @@ Clock::duration validated(Clock::duration d, const char* what) {
   return d;
 }
 
+/// disarm() in an asynchronous execution: the deadline the layer owns, then the armed expiry (the
+/// two are independent; in this order the queue's disarm is a tail call).
+[[gnu::noinline]] void disarm_async(Layer& layer, Frame& f) noexcept {
+  if (f.deadline_set) {
+    layer.restore_deadline(f.previous);
+    f.deadline_set = false;
+  }
+  if (f.armed) {
+    f.armed = false;
+    Layer::disarm_deadline(f.entry);
+  }
+}
+
+/// disarm() in a synchronous execution, which never arms: the context's previous deadline back.
+void restore_synchronous(Layer& layer, Frame& f) noexcept {
+  if (f.deadline_set) {
+    layer.exchange_deadline(f.previous.time);  // no owner: see start()
+    f.deadline_set = false;
+  }
+}
+
 /// Disarms the deadline and restores the context's previous one; idempotent.
 void disarm(Layer& layer, Frame& f) noexcept {
-  if (f.armed) {
-    Layer::disarm_deadline(f.entry);
-    f.armed = false;
-  }
-  if (f.deadline_set) {
-    if (layer.synchronous()) {
-      layer.exchange_deadline(f.previous.time);
-    } else {
-      layer.restore_deadline(f.previous);
-    }
-    f.deadline_set = false;
+  if (!f.armed && !f.deadline_set) return;  // disarmed by inner_complete already
+  if (layer.synchronous()) {
+    restore_synchronous(layer, f);
+  } else {
+    disarm_async(layer, f);
   }
 }
 
@@ -86,10 +101,19 @@ Step TimeoutStrategy::start(Layer& layer, Frame& f) {
 }
 
 Step TimeoutStrategy::inner_complete(Layer& layer, Frame& f) {
-  const Clock::time_point previous = f.previous.time;
-  disarm(layer, f);
+  // The asynchronous half apart, so that no call returns here and a synchronous execution saves
+  // no register: the split took 10 instructions off a one-timeout call
+  // (tools/count-instructions.sh, timeout).
+  if (!layer.synchronous()) return inner_complete_async(layer, f);
+  restore_synchronous(layer, f);
   if (layer.outcome().has_value()) return Step::complete;  // a success passes unchanged
-  return judge_failure(layer, f, previous);
+  return judge_failure(layer, f, f.previous.time);
+}
+
+[[gnu::noinline]] Step TimeoutStrategy::inner_complete_async(Layer& layer, Frame& f) {
+  disarm_async(layer, f);  // leaves f.previous as it was
+  if (layer.outcome().has_value()) return Step::complete;
+  return judge_failure(layer, f, f.previous.time);
 }
 
 [[gnu::noinline]] Step TimeoutStrategy::judge_failure(Layer& layer, Frame& f,

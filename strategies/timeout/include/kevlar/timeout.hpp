@@ -57,9 +57,16 @@ struct TimeoutFrame {
   union {
     DeadlineEntry entry;  // trivially destructible: nothing to end
   };
-  CallBase::SavedDeadline previous;  ///< the context's deadline before this one
-  Clock::time_point deadline{};
-  Clock::duration budget{};
+  // Written by start() before anything reads them, so left unset here (in unions: their types
+  // would otherwise store a value in every call's frame). `previous` is read only while
+  // `deadline_set` (or, by inner_complete, after it was set).
+  union {
+    CallBase::SavedDeadline previous;  ///< the context's deadline before this one
+  };
+  union {
+    Clock::time_point deadline;
+  };
+  Clock::duration budget;
   bool armed = false;
   bool deadline_set = false;
   HookEnd hook;  ///< how on_timeout_async ended (written before it is read)
@@ -127,6 +134,9 @@ class TimeoutStrategy final : public BasicStrategy<TimeoutStrategy, detail::Time
   static void release_idle_timers(boost::asio::execution_context& ctx) noexcept;
 
  private:
+  /// inner_complete in an asynchronous execution (apart, so that the synchronous one saves no
+  /// register).
+  Step inner_complete_async(Layer& layer, Frame& f);
   /// The inner part failed: decides whether the failure is this timeout's expiry.
   Step judge_failure(Layer& layer, Frame& f, Clock::time_point previous);
   /// After on_timeout_async (or at once without it).
