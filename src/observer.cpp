@@ -157,7 +157,7 @@ class AttemptObserver final : public Strategy {
 
 void CallBase::observe_start() noexcept {
   (*pipeline_->observers)->ensure_announced();
-  started_ = context_->clock().now();
+  started_ = context_->clock().now().time_since_epoch();
 }
 
 void CallBase::observe_finish() noexcept {
@@ -165,7 +165,7 @@ void CallBase::observe_finish() noexcept {
   ExecutionFinished e;
   e.success = outcome.has_value();
   if (!e.success) e.failure = failure_of_outcome(outcome);
-  e.duration = context_->clock().now() - started_;
+  e.duration = context_->clock().now().time_since_epoch() - started_;
   e.attempts = context_->attempt();
   Event event{EventSource{}, Event::Detail(std::in_place_type<ExecutionFinished>, std::move(e))};
   deliver_from(*this, event, EventSource::no_strategy, nullptr);

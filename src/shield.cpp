@@ -100,6 +100,8 @@ void seal(detail::Pipeline& p) {
   p.view.clock = p.clock ? p.clock.get() : Clock::steady().get();
   p.view.name = p.name ? &*p.name : nullptr;
   p.view.observes_executions = observes_executions;
+  p.view.plain_synchronous = !p.layers.empty() && !asynchronous_only && !observes_executions &&
+                             offset <= detail::sync_inline_frame_bytes;
   p.bypasses_engine = p.layers.empty() && !observes_executions;
 }
 

@@ -434,12 +434,24 @@ class Shield {
   [[gnu::noinline]] detail::SyncValue<Fn> execute_pipeline(Fn& fn, Stop&&... stop) const {
     if ((stop.stop_requested() || ...)) throw Error(boost::asio::error::operation_aborted);
     const detail::PipelineView& v = p_->view;  // execute() routes only engine shields here
-    if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
+    if (!v.plain_synchronous) [[unlikely]] return execute_any(fn, std::forward<Stop>(stop)...);
+    Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
+    alignas(std::max_align_t) std::byte frames[detail::sync_inline_frame_bytes];
+    detail::SyncCall<Fn, detail::SyncValue<Fn>> call(v, frames, ctx, fn);
+    call.walk();
+    return call.take_value();  // no Outcome in between: the value moves once
+  }
+
+  /// execute_pipeline() for a pipeline that is not PipelineView::plain_synchronous.
+  template <class Fn, class... Stop>
+  [[gnu::noinline]] detail::SyncValue<Fn> execute_any(Fn& fn, Stop&&... stop) const {
+    const detail::PipelineView& v = p_->view;
+    if (v.asynchronous_only) refuse_synchronous();
     Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, detail::SyncValue<Fn>> call(v, frames.data(), ctx, fn);
-    call.run();
-    return call.take_value();  // no Outcome in between: the value moves once
+    call.run_any();
+    return call.take_value();
   }
 
   /// execute_outcome(), as execute_with.

@@ -673,6 +673,26 @@ namespace detail {
 
 inline Step CallBase::dispatch_start(std::size_t index) {
   Layer layer(*this, index);
+  return dispatch_start(layer, index);
+}
+
+inline Step CallBase::dispatch_inner_complete(std::size_t index) {
+  // No hook: the strategy keeps Strategy's default, which completes the layer as it is.
+  if (layers_[index].inner_complete == nullptr) return Step::complete;
+  Layer layer(*this, index);
+  return dispatch_inner_complete(layer, index);
+}
+
+inline void CallBase::finish_layer(std::size_t index) noexcept {
+  if (layers_[index].finish != nullptr) {  // none: Strategy's default, which does nothing
+    Layer layer(*this, index);
+    finish_layer(layer, index);
+  } else {
+    end_inner_cancellation(index);
+  }
+}
+
+inline Step CallBase::dispatch_start(Layer& layer, std::size_t index) {
   try {
     return layers_[index].strategy->on_start(layer);
   } catch (...) {
@@ -680,11 +700,10 @@ inline Step CallBase::dispatch_start(std::size_t index) {
   }
 }
 
-inline Step CallBase::dispatch_inner_complete(std::size_t index) {
+inline Step CallBase::dispatch_inner_complete(Layer& layer, std::size_t index) {
   const PipelineLayer& entry = layers_[index];
   // No hook: the strategy keeps Strategy's default, which completes the layer as it is.
   if (entry.inner_complete == nullptr) return Step::complete;
-  Layer layer(*this, index);
   try {
     return entry.inner_complete(*entry.strategy, layer);
   } catch (...) {
@@ -692,18 +711,12 @@ inline Step CallBase::dispatch_inner_complete(std::size_t index) {
   }
 }
 
-inline void CallBase::finish_layer(std::size_t index) noexcept {
+inline void CallBase::finish_layer(Layer& layer, std::size_t index) noexcept {
   const PipelineLayer& entry = layers_[index];
   if (entry.finish != nullptr) {  // none: Strategy's default, which does nothing
-    Layer layer(*this, index);
     entry.finish(*entry.strategy, layer);
   }
-  // A cancellation this layer started for its inner part ends with it (a retry outside a timeout
-  // starts its next attempt uncancelled).
-  if (cancel_origin_ == index + 1) {
-    cancel_origin_ = no_layer;
-    context_->cancel_requested_ = false;
-  }
+  end_inner_cancellation(index);
 }
 
 }  // namespace detail

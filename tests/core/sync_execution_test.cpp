@@ -6,6 +6,7 @@
 #include <boost/asio/error.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -72,9 +73,9 @@ std::size_t count_of(const std::vector<std::string>& events, const std::string& 
   return static_cast<std::size_t>(std::count(events.begin(), events.end(), e));
 }
 
-// The synchronous walk has a copy per level for the outer three (inlined into one function in an
-// optimised build, functions of their own at -O0) and calls a shared copy for deeper ones: a
-// strategy's steps must mean the same at every depth.
+// The synchronous walk has a copy per level: the outermost inlined into Shield::execute's path,
+// the next two into a function that deeper levels call again (in an optimised build; functions of
+// their own at -O0): a strategy's steps must mean the same at every depth.
 
 TEST(SyncExecution, ARepeaterAtAnyDepthRerunsOnlyTheLayersInsideIt) {
   for (int n = 1; n <= 6; ++n) {
@@ -148,6 +149,62 @@ TEST(SyncExecution, AWaitAtAnyDepthBlocksOnTheShieldsClock) {
     EXPECT_EQ(ran.load(), 1) << "k = " << k;
     EXPECT_EQ(log.events().size(), 18U) << "k = " << k;  // every recorder started and finished
   }
+}
+
+/// A strategy whose frame is `Bytes` large: start() fills it with a pattern of its own, and
+/// inner_complete() and finish() check it is still there.
+template <std::size_t Bytes>
+class Filler final : public BasicStrategy<Filler<Bytes>, std::array<unsigned char, Bytes>> {
+ public:
+  using Frame = std::array<unsigned char, Bytes>;
+  Filler(unsigned char seed, std::vector<std::string>& errors) : seed_(seed), errors_(&errors) {}
+  std::string describe() const override { return "Filler"; }
+  Step start(Layer&, Frame& f) {
+    for (std::size_t i = 0; i < Bytes; ++i) f[i] = static_cast<unsigned char>(seed_ + i);
+    return Step::run_inner;
+  }
+  Step inner_complete(Layer&, Frame& f) {
+    check(f, "inner_complete");
+    return Step::complete;
+  }
+  void finish(Layer&, Frame& f) noexcept { check(f, "finish"); }
+
+ private:
+  void check(const Frame& f, const char* where) const noexcept {
+    for (std::size_t i = 0; i < Bytes; ++i) {
+      if (f[i] != static_cast<unsigned char>(seed_ + i)) {
+        errors_->push_back(std::string(where) + ": byte " + std::to_string(i) + " of seed " +
+                           std::to_string(seed_));
+        return;
+      }
+    }
+  }
+  unsigned char seed_;
+  std::vector<std::string>* errors_;
+};
+
+TEST(SyncExecution, FramesBeyondTheStackBufferRunAlikeOnTheHeap) {
+  // One 200-byte frame fits the buffer a synchronous execution keeps on its stack; two do not,
+  // and three with a repeater around the inner two need still more: each layer must keep its own
+  // bytes either way, and the results must not differ.
+  std::vector<std::string> errors;
+  const Shield fits = Shield{}.use(std::make_shared<Filler<200>>(1, errors));
+  const Shield beyond = fits.use(std::make_shared<Filler<200>>(2, errors));
+  const Shield repeated = beyond.use(std::make_shared<test::Repeat>(1))
+                              .use(std::make_shared<Filler<200>>(3, errors));
+  for (const Shield* s : {&fits, &beyond, &repeated}) {
+    int calls = 0;
+    EXPECT_EQ(s->execute([&] { return ++calls; }), 1);
+    EXPECT_EQ(s->execute_outcome([] { return 5; }).value(), 5);
+    int failures = 0;
+    EXPECT_THROW(s->execute([&]() -> int {
+      ++failures;
+      throw Boom();
+    }),
+                 Boom);
+    EXPECT_EQ(failures, s == &repeated ? 2 : 1);  // the repeater runs its inner part again
+  }
+  EXPECT_TRUE(errors.empty()) << errors.front();
 }
 
 TEST(SyncExecution, ThrowsTheOriginalExceptionObject) {

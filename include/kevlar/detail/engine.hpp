@@ -88,7 +88,15 @@ struct PipelineView {
   /// An observer wants ExecutionFinished: the engine times each execution a caller started and
   /// emits it just before delivering (CallBase::observe_start, observe_finish).
   bool observes_executions = false;
+  /// A synchronous execution goes straight to the walk (SyncCall::walk): the pipeline has a layer,
+  /// none is asynchronous-only, nothing observes executions, and the layers' frames fit in
+  /// sync_inline_frame_bytes. One test on Shield::execute's path instead of four.
+  bool plain_synchronous = false;
 };
+
+/// The frame storage a synchronous execution keeps on its stack; a pipeline whose frames need more
+/// takes the heap (FrameBuffer).
+inline constexpr std::size_t sync_inline_frame_bytes = 256;
 
 inline constexpr std::size_t no_layer = std::numeric_limits<std::size_t>::max();
 
@@ -620,6 +628,20 @@ class CallBase : private ClockWaiter {
   KEVLAR_DETAIL_ALWAYS_INLINE inline Step dispatch_inner_complete(std::size_t index);
   /// The layer ends: its on_finish hook, then the cancellation it started for its inner part.
   KEVLAR_DETAIL_ALWAYS_INLINE inline void finish_layer(std::size_t index) noexcept;
+  /// The same, handing the callbacks `layer`, a Layer(*this, index) the caller keeps: a
+  /// synchronous execution's walk builds one per layer instead of one per callback.
+  KEVLAR_DETAIL_ALWAYS_INLINE inline Step dispatch_start(Layer& layer, std::size_t index);
+  KEVLAR_DETAIL_ALWAYS_INLINE inline Step dispatch_inner_complete(Layer& layer,
+                                                                  std::size_t index);
+  KEVLAR_DETAIL_ALWAYS_INLINE inline void finish_layer(Layer& layer, std::size_t index) noexcept;
+  /// A cancellation layer `index` started for its inner part ends with it (a retry outside a
+  /// timeout starts its next attempt uncancelled).
+  void end_inner_cancellation(std::size_t index) noexcept {
+    if (cancel_origin_ == index + 1) {
+      cancel_origin_ = no_layer;
+      context_->cancel_requested_ = false;
+    }
+  }
   /// Step::wait: blocks until wait_deadline_ (or the context's deadline, if earlier) and reports
   /// how it ended to the layer; Step::suspend: fails the layer.
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
@@ -698,8 +720,10 @@ class CallBase : private ClockWaiter {
   /// The layer running several attempts at once (no_attempt_layer: none).
   std::size_t attempt_layer_;
   AttemptNode* node_;  ///< set for attempt executions
-  /// When the execution started; read only if the pipeline observes executions (observe_start).
-  Clock::time_point started_{};
+  /// When the execution started, as time since the clock's epoch: set by observe_start, read
+  /// only after it (a pipeline that observes executions). A duration, whose default
+  /// initialisation stores nothing, where a time_point's would store zero on every call.
+  Clock::duration started_;
 };
 
 }  // namespace detail

@@ -69,7 +69,7 @@ decltype(auto) invoke_sync(F& fn, Context& ctx) {
 class FrameBuffer {
  public:
   explicit FrameBuffer(std::size_t bytes) {
-    if (bytes > sizeof(inline_)) {
+    if (bytes > sync_inline_frame_bytes) {
       heap_ = std::make_unique<std::max_align_t[]>((bytes + sizeof(std::max_align_t) - 1) /
                                                    sizeof(std::max_align_t));
     }
@@ -79,7 +79,7 @@ class FrameBuffer {
   }
 
  private:
-  alignas(std::max_align_t) std::byte inline_[256];
+  alignas(std::max_align_t) std::byte inline_[sync_inline_frame_bytes];
   std::unique_ptr<std::max_align_t[]> heap_;
 };
 
@@ -107,19 +107,36 @@ class SyncCall final : public CallBase {
   /// instructions for one pass-through layer against 185 with this walk
   /// (tools/count-instructions.sh, pass_through, when the machine was split out). Compiled here
   /// for the call's type, the walk calls the user's function directly, not through the virtual
-  /// invoke_operation(), and in an optimised build its outer layers inline into this function:
-  /// with g++ 12 the whole one-layer execution is one function, Shield::execute's out-of-line
-  /// path. That and the context's inlined destructor took a one-layer call from 154 to 133
-  /// instructions.
+  /// invoke_operation(), and in an optimised build its outermost layer inlines into this
+  /// function: with g++ 12 the whole one-layer execution is one function, Shield::execute's
+  /// out-of-line path.
   void run() {
+    if (pipeline().plain_synchronous) [[likely]] {
+      walk();
+    } else {
+      run_any();
+    }
+  }
+
+  /// run() for a pipeline that is PipelineView::plain_synchronous, without testing it (what
+  /// Shield::execute calls, having tested the flag itself).
+  void walk() {
     // The thread-local marker of a running engine is left alone: only handlers of asynchronous
     // steps read it; depth_ too (only the asynchronous paths, a pending step and abandonment).
-    const PipelineView& p = pipeline();
-    if (p.observes_executions || p.size == 0) [[unlikely]] {
-      run_observed_or_empty();
-      return;
+    walk_layer<0>(0);
+  }
+
+  /// run() for any pipeline (observed, empty, large frames): the walk's levels are not inlined
+  /// here. Kept apart so that the plain path tests one flag.
+  [[gnu::noinline]] void run_any() {
+    const bool observed = pipeline().observes_executions;
+    if (observed) observe_start();
+    if (pipeline().size == 0) {
+      run_attempt();
+    } else {
+      run_layer(0);
     }
-    walk_layer<2>(0);
+    if (observed) observe_finish();
   }
 
   /// The value, or the failure thrown as Outcome<R>::value() would throw it.
@@ -156,16 +173,21 @@ class SyncCall final : public CallBase {
   }
 
  private:
-  /// One layer and everything inside it, each layer in a C++ frame of its own. The outer
-  /// `Inlined` + 1 levels are inlined into the caller, the deeper ones are calls of run_layer().
-  /// run() inlines three (timeout -> retry -> breaker whole: 487 instructions per call against
-  /// 503 with two levels or one; tools/count-instructions.sh, g++ 12); the observed path, cold
-  /// and apart, none: each inlined level is one more copy of the dispatchers per call type. An
+  /// One layer and everything inside it, each layer in a C++ frame of its own, with one Layer
+  /// handed to all its callbacks. The outer `Inlined` + 1 levels are inlined into the caller, the
+  /// deeper ones are calls of run_layer(). walk() inlines one level and run_layer(), a function
+  /// of its own, the next two: the one-layer call keeps the few registers one level needs, and a
+  /// deeper pipeline pays one call. Measured with tools/count-instructions.sh (g++ 12; one
+  /// pass-through layer / timeout -> retry -> breaker, instructions per call): this split 120 /
+  /// 416; run_layer() inlining three levels, 120 / 417; walk() inlining three with run_layer()
+  /// one, 124 / 415 when the split measured 120 / 428 (the one-layer call then saved two more
+  /// registers). Each inlined level is one more copy of the dispatchers per call type. An
   /// unoptimised build inlines none of this (KEVLAR_DETAIL_ALWAYS_INLINE): each level is a
   /// function of its own there.
   template <int Inlined>
   KEVLAR_DETAIL_ALWAYS_INLINE void walk_layer(std::size_t index) {
-    Step step = dispatch_start(index);
+    Layer layer(*this, index);  // one per layer, handed to each of its callbacks
+    Step step = dispatch_start(layer, index);
     for (;;) {
       if (step == Step::run_inner) {  // the machine's next layer, or its start_operation
         if (index + 1 < pipeline().size) {
@@ -177,36 +199,22 @@ class SyncCall final : public CallBase {
         } else {
           run_attempt();
         }
-        step = dispatch_inner_complete(index);
+        step = dispatch_inner_complete(layer, index);
       } else if (step == Step::complete) {  // the outer layer's inner_complete, or deliver
-        finish_layer(index);
+        finish_layer(layer, index);
         return;
       } else {
         step = sync_wait(index, step);
       }
     }
   }
-  void run_layer(std::size_t index) { walk_layer<0>(index); }
+  /// The layers from `index` on: two levels inline, the deeper ones through this function again.
+  [[gnu::noinline]] void run_layer(std::size_t index) { walk_layer<1>(index); }
 
   /// The user's function, once.
   KEVLAR_DETAIL_ALWAYS_INLINE void run_attempt() {
     count_attempt();
     SyncCall::invoke_operation();  // stores the outcome, the exception included
-  }
-
-  /// An observed pipeline (PipelineView::observes_executions) or one without layers (an observed
-  /// empty shield, or execute_outcome() on an empty one). Apart from run() on purpose, so that the
-  /// unobserved path tests the flags once (testing one twice measured 4 instructions more per
-  /// call when the walk was split out of the machine, pass_through 188 -> 192).
-  [[gnu::noinline]] void run_observed_or_empty() {
-    const bool observed = pipeline().observes_executions;
-    if (observed) observe_start();
-    if (pipeline().size == 0) {
-      run_attempt();
-    } else {
-      run_layer(0);
-    }
-    if (observed) observe_finish();
   }
 
   void invoke_operation() override {
