@@ -150,12 +150,13 @@ class Layer {
   /// Applies the clause in force at this position to the current outcome. If a predicate throws,
   /// the outcome becomes that exception and the result is false (the failure is not handled
   /// again: it surfaces as the execution's failure).
-  [[nodiscard]] bool handled() const noexcept {
-    // A success is judged only by result conditions: the common case needs no call.
-    if (call_->outcome().kind == OutcomeKind::value && !entry_->judges_results) {
-      return false;
-    }
-    return judge();
+  [[nodiscard]] bool handled() const noexcept { return !plain_success() && judge(); }
+  /// True if the outcome is a success and the clause in force here has no result condition:
+  /// handled() is then false without asking the clause. A success is judged only by result
+  /// conditions, so this is the common case; a strategy whose hot path tests it first, and leaves
+  /// handled() to a function of its own, saves that path the registers the clause's call needs.
+  [[nodiscard]] bool plain_success() const noexcept {
+    return call_->outcome().kind == OutcomeKind::value && !entry_->judges_results;
   }
 
   /// Replaces the deadline code sees through Context::deadline() and Context::cancelled() (a
@@ -366,7 +367,9 @@ class Layer {
   /// synchronous execution).
   template <class Semaphore>
   [[gnu::noinline]] void wait_in_queue_elsewhere(Semaphore& semaphore) const;
-  [[nodiscard]] bool judge() const noexcept;
+  /// handled() when the clause must be asked. Cold: a failure, or a success under a result
+  /// condition, so that a strategy's success path saves no register for it.
+  [[nodiscard, gnu::cold]] bool judge() const noexcept;
   void emit_event(Event& event) const noexcept;
 
   detail::CallBase* call_;

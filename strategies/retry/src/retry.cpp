@@ -320,13 +320,14 @@ Step RetryStrategy::start(Layer& layer, Frame& f) {
 }
 
 Step RetryStrategy::inner_complete(Layer& layer, Frame& f) {
-  if (f.used >= options_.max_retries || !layer.handled()) {
-    return Step::complete;  // the outcome (the last failure, or a success) surfaces unchanged
-  }
+  // The outcome (a success, or the last failure) surfaces unchanged. A plain success is told
+  // apart here; the clause is asked in retry(), out of line, so that this path saves no register.
+  if (layer.plain_success() || f.used >= options_.max_retries) return Step::complete;
   return retry(layer, f);
 }
 
 Step RetryStrategy::retry(Layer& layer, Frame& f) {
+  if (!layer.handled()) return Step::complete;
   if (detail::cancelled_meanwhile(layer)) return Step::complete;  // the original failure surfaces
   const int attempt = ++f.used;
   Clock::duration delay =

@@ -275,7 +275,8 @@ class RetryStrategy final : public BasicStrategy<RetryStrategy, detail::RetryFra
 
  private:
   [[nodiscard]] Clock::duration cap(Clock::duration d) const noexcept;
-  /// The handled-failure path of on_inner_complete, out of line to keep the success path short.
+  /// on_inner_complete past a plain success with retries left: asks the clause, and retries a
+  /// handled outcome. Out of line to keep the success path short.
   [[gnu::noinline]] Step retry(Layer& layer, Frame& f);
   /// The decision's steps after the delay generators, and after the retry hooks.
   Step after_delay_generators(Layer& layer, Frame& f);
