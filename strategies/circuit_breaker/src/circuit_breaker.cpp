@@ -85,9 +85,8 @@ detail::TransitionSource CircuitBreaker::transition_source(const Layer& layer,
   return s;
 }
 
-Step CircuitBreaker::start(Layer& layer, Frame& frame) {
+Step CircuitBreaker::admit(Layer& layer, Frame& frame) {
   Frame* f = &frame;
-  if (core_.try_admit_closed()) return Step::run_inner;  // closed, durations not measured
   if (core_.slow_calls()) {
     f->started = layer.clock().now();
     if (core_.state() == CircuitState::closed) return Step::run_inner;
@@ -132,8 +131,8 @@ Step CircuitBreaker::inner_complete(Layer& layer, Frame& f) {
   if (core_.slow_calls()) return complete_timed(layer, f, false);
   // Only a probe's success changes the state (it may close the circuit).
   if (f.admission.probe()) return probe_succeeded(layer, f);
-  core_.record_success(core_.windowed() ? layer.clock().coarse_now() : Clock::time_point{},
-                       f.admission);
+  core_.record_closed_success(
+      core_.windowed() ? layer.clock().coarse_now() : Clock::time_point{}, f.admission);
   return Step::complete;
 }
 
@@ -315,8 +314,7 @@ Step CircuitBreaker::wait_complete(Layer& layer, Frame& f, const boost::system::
   return break_sized(layer, f);
 }
 
-void CircuitBreaker::finish(Layer& layer, Frame& f) noexcept {
-  (void)layer;
+void CircuitBreaker::settle(Frame& f) noexcept {
   switch (f.pending) {
     case Frame::Pending::nothing:
       return;

@@ -113,16 +113,28 @@ class CircuitBreaker final : public BasicStrategy<CircuitBreaker, detail::Breake
   /// instance per chain), with a small frame recording how the execution was admitted.
   [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
   /// Admits the execution (closed: no lock) or rejects it without running the inner part.
-  Step start(Layer& layer, Frame& f);
+  Step start(Layer& layer, Frame& f) {
+    // Closed, durations not measured: admitted here, without a call (the frame's value
+    // initialisation already says admitted, nothing pending).
+    if (core_.try_admit_closed()) return Step::run_inner;
+    return admit(layer, f);
+  }
   /// Records the outcome: handled -> failure, cancelled from outside -> nothing, else success.
   Step inner_complete(Layer& layer, Frame& f);
   /// An awaited break-duration generator ended: opens the circuit, or leaves it as it was.
   Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
   /// Frees a probe slot the execution still holds, or cancels the opening it was sizing
   /// (abandoned before its outcome was recorded).
-  void finish(Layer& layer, Frame& f) noexcept;
+  void finish(Layer& /*layer*/, Frame& f) noexcept {
+    if (f.pending == Frame::Pending::nothing) return;  // the common case: nothing owed
+    settle(f);
+  }
 
  private:
+  /// start() past the closed fast path: half-open probes, open or isolated rejections, timing.
+  Step admit(Layer& layer, Frame& f);
+  /// finish() for an execution that still owes the breaker something (f.pending).
+  [[gnu::noinline]] void settle(Frame& f) noexcept;
   /// inner_complete when slow calls are tracked, for an outcome that counts (`handled`: a
   /// failure): the call's duration decides whether it is also slow.
   Step complete_timed(Layer& layer, Frame& f, bool handled);

@@ -232,18 +232,25 @@ class CircuitBreakerCore {
   /// Records a success of the call admitted as `a`, completed at `now` (read when windowed()).
   /// Closes a half-open circuit once success_threshold probes succeeded.
   void record_success(Clock::time_point now, const Admission& a) {
-    if (!a.probe()) {
-      // Outcomes of calls admitted while closed count only while the circuit is still closed.
-      if (state() != CircuitState::closed) return;
-      if (!ratio_mode_) {
-        if (consecutive_.load(std::memory_order_relaxed) != 0) {
-          consecutive_.store(0, std::memory_order_relaxed);
-        }
-        if (!slow_mode_) return;
-      }
-      // The current bucket is still current: one atomic increment, no lock.
-      if (window_.try_add_success(now)) return;
+    if (a.probe()) {
+      record_success_slow(now, a);
+      return;
     }
+    record_closed_success(now, a);
+  }
+  /// record_success() for an admission the caller has found is not a probe (admitted while
+  /// closed), so that a caller that read the clock in between does not test it again.
+  void record_closed_success(Clock::time_point now, const Admission& a) {
+    // Outcomes of calls admitted while closed count only while the circuit is still closed.
+    if (state() != CircuitState::closed) return;
+    if (!ratio_mode_) {
+      if (consecutive_.load(std::memory_order_relaxed) != 0) {
+        consecutive_.store(0, std::memory_order_relaxed);
+      }
+      if (!slow_mode_) return;
+    }
+    // The current bucket is still current: one atomic increment, no lock.
+    if (window_.try_add_success(now)) return;
     record_success_slow(now, a);
   }
 
