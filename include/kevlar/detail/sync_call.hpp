@@ -178,10 +178,11 @@ class SyncCall final : public CallBase {
   /// deeper ones are calls of run_layer(). walk() inlines one level and run_layer(), a function
   /// of its own, the next two: the one-layer call keeps the few registers one level needs, and a
   /// deeper pipeline pays one call. Measured with tools/count-instructions.sh (g++ 12; one
-  /// pass-through layer / timeout -> retry -> breaker, instructions per call): this split 120 /
-  /// 416; run_layer() inlining three levels, 120 / 417; walk() inlining three with run_layer()
-  /// one, 124 / 415 when the split measured 120 / 428 (the one-layer call then saved two more
-  /// registers). Each inlined level is one more copy of the dispatchers per call type. An
+  /// pass-through layer / timeout -> retry -> breaker / the latter with the metrics observer,
+  /// instructions per call): this split 120 / 418 / 726; run_layer() inlining three levels,
+  /// 120 / 419 / 711; walk() inlining three with run_layer() one, 124 / 405 / 709 (the one-layer
+  /// call then saves two more registers). Each inlined level is one more copy of the dispatchers
+  /// per call type. An
   /// unoptimised build inlines none of this (KEVLAR_DETAIL_ALWAYS_INLINE): each level is a
   /// function of its own there.
   template <int Inlined>
