@@ -185,8 +185,8 @@ class Filler final : public BasicStrategy<Filler<Bytes>, std::array<unsigned cha
 
 TEST(SyncExecution, FramesBeyondTheStackBufferRunAlikeOnTheHeap) {
   // One 200-byte frame fits the buffer a synchronous execution keeps on its stack; two do not,
-  // and three with a repeater around the inner two need still more: each layer must keep its own
-  // bytes either way, and the results must not differ.
+  // and a third inside a repeater (which runs it twice on a failure) needs still more: each layer
+  // must keep its own bytes either way, and the results must not differ.
   std::vector<std::string> errors;
   const Shield fits = Shield{}.use(std::make_shared<Filler<200>>(1, errors));
   const Shield beyond = fits.use(std::make_shared<Filler<200>>(2, errors));

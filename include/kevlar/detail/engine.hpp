@@ -628,11 +628,14 @@ class CallBase : private ClockWaiter {
   KEVLAR_DETAIL_ALWAYS_INLINE inline Step dispatch_inner_complete(std::size_t index);
   /// The layer ends: its on_finish hook, then the cancellation it started for its inner part.
   KEVLAR_DETAIL_ALWAYS_INLINE inline void finish_layer(std::size_t index) noexcept;
-  /// The same, handing the callbacks `layer`, a Layer(*this, index) the caller keeps: a
-  /// synchronous execution's walk builds one per layer instead of one per callback.
+  // The same three, handing the callbacks `layer`, a Layer(*this, index) the caller keeps: a
+  // synchronous execution's walk builds one per layer instead of one per callback.
+  /// dispatch_start(index) with the caller's `layer`.
   KEVLAR_DETAIL_ALWAYS_INLINE inline Step dispatch_start(Layer& layer, std::size_t index);
+  /// dispatch_inner_complete(index) with the caller's `layer`.
   KEVLAR_DETAIL_ALWAYS_INLINE inline Step dispatch_inner_complete(Layer& layer,
                                                                   std::size_t index);
+  /// finish_layer(index) with the caller's `layer`.
   KEVLAR_DETAIL_ALWAYS_INLINE inline void finish_layer(Layer& layer, std::size_t index) noexcept;
   /// A cancellation layer `index` started for its inner part ends with it (a retry outside a
   /// timeout starts its next attempt uncancelled).

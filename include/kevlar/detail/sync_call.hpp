@@ -107,9 +107,9 @@ class SyncCall final : public CallBase {
   /// instructions for one pass-through layer against 185 with this walk
   /// (tools/count-instructions.sh, pass_through, when the machine was split out). Compiled here
   /// for the call's type, the walk calls the user's function directly, not through the virtual
-  /// invoke_operation(), and in an optimised build its outermost layer inlines into this
-  /// function: with g++ 12 the whole one-layer execution is one function, Shield::execute's
-  /// out-of-line path.
+  /// invoke_operation(), and in an optimised build its outermost layer inlines into the caller
+  /// of walk(): with g++ 12 the whole one-layer execution is one function, Shield::execute's
+  /// out-of-line path (execute_pipeline, which tests the flag itself and calls walk()).
   void run() {
     if (pipeline().plain_synchronous) [[likely]] {
       walk();
@@ -182,9 +182,8 @@ class SyncCall final : public CallBase {
   /// instructions per call): this split 120 / 418 / 726; run_layer() inlining three levels,
   /// 120 / 419 / 711; walk() inlining three with run_layer() one, 124 / 405 / 709 (the one-layer
   /// call then saves two more registers). Each inlined level is one more copy of the dispatchers
-  /// per call type. An
-  /// unoptimised build inlines none of this (KEVLAR_DETAIL_ALWAYS_INLINE): each level is a
-  /// function of its own there.
+  /// per call type. An unoptimised build inlines none of this (KEVLAR_DETAIL_ALWAYS_INLINE): each
+  /// level is a function of its own there.
   template <int Inlined>
   KEVLAR_DETAIL_ALWAYS_INLINE void walk_layer(std::size_t index) {
     Layer layer(*this, index);  // one per layer, handed to each of its callbacks

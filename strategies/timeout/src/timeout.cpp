@@ -28,7 +28,7 @@ Clock::duration validated(Clock::duration d, const char* what) {
 /// two are independent; in this order the queue's disarm is a tail call).
 [[gnu::noinline]] void disarm_async(Layer& layer, Frame& f) noexcept {
   if (f.deadline_set) {
-    layer.restore_deadline(f.previous);
+    layer.restore_deadline({f.previous_deadline(), f.previous_owner});
     f.deadline_set = false;
   }
   if (f.armed) {
@@ -40,7 +40,7 @@ Clock::duration validated(Clock::duration d, const char* what) {
 /// disarm() in a synchronous execution, which never arms: the context's previous deadline back.
 void restore_synchronous(Layer& layer, Frame& f) noexcept {
   if (f.deadline_set) {
-    layer.exchange_deadline(f.previous.time);  // no owner: see start()
+    layer.exchange_deadline(f.previous_deadline());  // no owner: see start()
     f.deadline_set = false;
   }
 }
@@ -79,23 +79,26 @@ Step TimeoutStrategy::start(Layer& layer, Frame& f) {
                 : options_.timeout;
   // The precise clock, not Clock::coarse_now(): the kernel's coarse clock lags by a scheduler tick
   // or more (1.6-5.7 ms measured on a VM), and a deadline computed from it fired that much early.
-  f.deadline = layer.clock().now() + f.budget;
+  f.deadline_at = (layer.clock().now() + f.budget).time_since_epoch();
   if (layer.synchronous()) {
     // No owner needed: only the asynchronous engine declines attempts past a deadline.
-    f.previous.time = layer.exchange_deadline(std::min(f.deadline, layer.context().deadline()));
+    f.previous_at = layer.exchange_deadline(std::min(f.deadline(), layer.context().deadline()))
+                        .time_since_epoch();
     f.deadline_set = true;
     return Step::run_inner;
   }
   // A handler without an executor never gets here: the engine refuses the call first
   // (errc::executor_required, StrategyTraits::needs_executor), since the expiry is delivered on
   // the execution's executor, serialised with the operation's completion.
-  layer.arm_deadline(f.entry, f.deadline, generated ? Clock::duration::zero() : options_.timeout,
+  layer.arm_deadline(f.entry, f.deadline(), generated ? Clock::duration::zero() : options_.timeout,
                      DeadlineAction::cancel_inner);
   f.armed = true;
   // The context's deadline too, as in a synchronous execution: Context::cancelled() and
   // Context::deadline() tell the strategies inside (a retry about to try again) and the engine
   // (about to start an attempt) that the budget is spent before the expiry job arrives.
-  f.previous = layer.lower_deadline(f.deadline);
+  const detail::CallBase::SavedDeadline previous = layer.lower_deadline(f.deadline());
+  f.previous_at = previous.time.time_since_epoch();
+  f.previous_owner = previous.owner;
   f.deadline_set = true;
   return Step::run_inner;
 }
@@ -107,18 +110,18 @@ Step TimeoutStrategy::inner_complete(Layer& layer, Frame& f) {
   if (!layer.synchronous()) return inner_complete_async(layer, f);
   restore_synchronous(layer, f);
   if (layer.outcome().has_value()) return Step::complete;  // a success passes unchanged
-  return judge_failure(layer, f, f.previous.time);
+  return judge_failure(layer, f, f.previous_deadline());
 }
 
 [[gnu::noinline]] Step TimeoutStrategy::inner_complete_async(Layer& layer, Frame& f) {
-  disarm_async(layer, f);  // leaves f.previous as it was
+  disarm_async(layer, f);  // leaves the previous deadline as it was
   if (layer.outcome().has_value()) return Step::complete;
-  return judge_failure(layer, f, f.previous.time);
+  return judge_failure(layer, f, f.previous_deadline());
 }
 
 [[gnu::noinline]] Step TimeoutStrategy::judge_failure(Layer& layer, Frame& f,
                                                       Clock::time_point previous) {
-  const Clock::time_point deadline = f.deadline;
+  const Clock::time_point deadline = f.deadline();
   const Clock::duration budget = f.budget;
   OutcomeRef outcome = layer.outcome();
   if (!outcome.is_cancellation()) return Step::complete;  // another failure: unchanged

@@ -57,19 +57,26 @@ struct TimeoutFrame {
   union {
     DeadlineEntry entry;  // trivially destructible: nothing to end
   };
-  // Written by start() before anything reads them, so left unset here (in unions: their types
-  // would otherwise store a value in every call's frame). `previous` is read only while
-  // `deadline_set` (or, by inner_complete, after it was set).
-  union {
-    CallBase::SavedDeadline previous;  ///< the context's deadline before this one
-  };
-  union {
-    Clock::time_point deadline;
-  };
-  Clock::duration budget;
-  bool armed = false;
-  bool deadline_set = false;
-  HookEnd hook;  ///< how on_timeout_async ended (written before it is read)
+  // Written by start() before anything reads them, and left unset here: durations since the
+  // clock's epoch and an index, whose default initialisation stores nothing (a time_point's would
+  // store zero in every call's frame). The previous deadline is read only once `deadline_set`
+  // was set.
+  Clock::duration deadline_at;  ///< this timeout's deadline, since the clock's epoch
+  Clock::duration previous_at;  ///< the context's deadline before this one, since the epoch
+  std::size_t previous_owner;   ///< asynchronous executions: the layer that owned that deadline
+  Clock::duration budget;       ///< the timeout this execution was given
+  bool armed = false;           ///< `entry` is armed in the deadline queue
+  bool deadline_set = false;    ///< the context's deadline is this timeout's until disarmed
+  HookEnd hook;                 ///< how on_timeout_async ended (written before it is read)
+
+  /// This timeout's deadline.
+  [[nodiscard]] Clock::time_point deadline() const noexcept {
+    return Clock::time_point(deadline_at);
+  }
+  /// The context's deadline before this one.
+  [[nodiscard]] Clock::time_point previous_deadline() const noexcept {
+    return Clock::time_point(previous_at);
+  }
 };
 
 }  // namespace detail
