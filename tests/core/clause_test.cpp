@@ -8,7 +8,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace kevlar {
@@ -110,33 +109,22 @@ TEST(Clause, ErrorCodesMatchCodesAndExceptionsCarryingThem) {
   EXPECT_TRUE(judge->verdicts[0]);
 }
 
-/// Records Layer::plain_success() and Layer::handled() for each outcome it sees.
-class PlainSuccessProbe final : public Strategy {
- public:
-  std::string describe() const override { return "PlainSuccessProbe"; }
-  StrategyTraits traits() const noexcept override { return {StrategyRole::reactive, false, 0, false}; }
-  Step on_start(Layer&) override { return Step::run_inner; }
-  Step on_inner_complete(Layer& layer) override {
-    seen.emplace_back(layer.plain_success(), layer.handled());
-    return Step::complete;
-  }
-  std::vector<std::pair<bool, bool>> seen;  ///< (plain_success, handled)
-};
-
 TEST(Clause, APlainSuccessIsOneNoResultConditionCanMatch) {
   // Default clause: a success is plain (and not handled); a failure is neither plain nor passed.
-  auto probe = std::make_shared<PlainSuccessProbe>();
-  const Shield plain = Shield{}.use(probe);
+  auto judge = std::make_shared<test::Judge>();
+  const Shield plain = Shield{}.use(judge);
   EXPECT_EQ(plain.execute([] { return 1; }), 1);
   (void)plain.execute_outcome([]() -> int { throw Other(); });
-  EXPECT_EQ(probe->seen, (std::vector<std::pair<bool, bool>>{{true, false}, {false, true}}));
+  EXPECT_EQ(judge->plain, (std::vector<bool>{true, false}));
+  EXPECT_EQ(judge->verdicts, (std::vector<bool>{false, true}));
 
   // A clause with a result condition: no success is plain, whether it matches or not.
-  auto judged = std::make_shared<PlainSuccessProbe>();
+  auto judged = std::make_shared<test::Judge>();
   const Shield results = Shield{}.when(Clause{}.result_equal(503)).use(judged);
   (void)results.execute_outcome([] { return 503; });
   EXPECT_EQ(results.execute([] { return 200; }), 200);
-  EXPECT_EQ(judged->seen, (std::vector<std::pair<bool, bool>>{{false, true}, {false, false}}));
+  EXPECT_EQ(judged->plain, (std::vector<bool>{false, false}));
+  EXPECT_EQ(judged->verdicts, (std::vector<bool>{true, false}));
 }
 
 TEST(Clause, AnExplicitClauseMayHandleCancellation) {

@@ -124,10 +124,12 @@ class Judge final : public Strategy {
   StrategyTraits traits() const noexcept override { return {StrategyRole::reactive, false, 0, false}; }
   Step on_start(Layer&) override { return Step::run_inner; }
   Step on_inner_complete(Layer& layer) override {
+    plain.push_back(layer.plain_success());
     verdicts.push_back(layer.handled());
     return Step::complete;
   }
-  std::vector<bool> verdicts;
+  std::vector<bool> verdicts;  ///< layer.handled(), per outcome seen
+  std::vector<bool> plain;     ///< layer.plain_success(), per outcome seen
 };
 
 /// A fallback-role strategy replacing handled failures with `value`.
