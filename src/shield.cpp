@@ -106,7 +106,7 @@ void seal(detail::Pipeline& p) {
 }
 
 std::shared_ptr<detail::Pipeline> copy_of(const std::shared_ptr<const detail::Pipeline>& p) {
-  return p ? std::make_shared<detail::Pipeline>(*p) : std::make_shared<detail::Pipeline>();
+  return p ? detail::make_leased<detail::Pipeline>(*p) : detail::make_leased<detail::Pipeline>();
 }
 
 }  // namespace

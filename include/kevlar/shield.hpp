@@ -6,6 +6,7 @@
 #include <kevlar/context.hpp>
 #include <kevlar/detail/async_call.hpp>
 #include <kevlar/detail/engine.hpp>
+#include <kevlar/detail/lease.hpp>
 #include <kevlar/detail/sync_call.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/observer.hpp>
@@ -54,8 +55,9 @@ struct IsAwaitable<boost::asio::awaitable<T, E>> : std::true_type {
   using executor_type = E;
 };
 
-/// The immutable data of a Shield, shared by every copy.
-struct Pipeline {
+/// The immutable data of a Shield, shared by every copy, and kept alive after the last copy by the
+/// leases of the asynchronous executions still running (make_leased).
+struct Pipeline : Leased {
   std::vector<std::shared_ptr<Strategy>> strategies;
   /// Per strategy: how the engine calls its callbacks, as Shield::use saw its class.
   std::vector<LayerHooks> hooks;
@@ -480,22 +482,21 @@ class Shield {
   template <class Sig, class A, class Token>
   auto initiate(A attempt, Token&& token) const {
     // A shield with no strategy and nothing to observe (Pipeline::bypasses_engine) hands the
-    // caller's handler straight to the operation. Otherwise the execution keeps the pipeline
-    // alive (a temporary shield may run a callback-style call).
-    std::shared_ptr<const detail::Pipeline> p =
-        p_ == nullptr || p_->bypasses_engine ? nullptr : p_;
+    // caller's handler straight to the operation. Otherwise the execution holds a lease on the
+    // pipeline, which keeps it alive (a temporary shield may run a callback-style call) without
+    // a shared_ptr's count, which every thread would write.
+    const detail::Pipeline* p = p_ == nullptr || p_->bypasses_engine ? nullptr : p_.get();
     return boost::asio::async_initiate<Token, Sig>(
-        [](auto handler, std::shared_ptr<const detail::Pipeline> pipeline, A a) {
+        [](auto handler, detail::Lease lease, const detail::Pipeline* pipeline, A a) {
           if (pipeline == nullptr) {
             std::move(a)(std::move(handler));  // the operation may keep what it needs
             return;
           }
           using Handler = std::decay_t<decltype(handler)>;
-          const detail::PipelineView& view = pipeline->view;
-          detail::AsyncCall<Handler, A, Sig>::start(std::move(pipeline), view, std::move(handler),
-                                                    std::move(a));
+          detail::AsyncCall<Handler, A, Sig>::start(std::move(lease), pipeline->view,
+                                                    std::move(handler), std::move(a));
         },
-        token, std::move(p), std::move(attempt));
+        token, p != nullptr ? detail::Lease(*p) : detail::Lease(), p, std::move(attempt));
   }
 
   [[nodiscard]] const detail::PipelineView& view() const noexcept;

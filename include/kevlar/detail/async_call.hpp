@@ -3,6 +3,7 @@
 
 #include <kevlar/detail/block_cache.hpp>
 #include <kevlar/detail/engine.hpp>
+#include <kevlar/detail/lease.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/strategy.hpp>
 
@@ -248,7 +249,7 @@ class AttemptCall final : public CallBase {
 
   /// Allocates an attempt of `parent` running the layers from `first` on (not started yet).
   static AttemptCall* create(CallBase& parent, std::size_t first, Executor ex,
-                             const std::shared_ptr<const void>& keep_alive) {
+                             const Lease& keep_alive) {
     using Layout = BlockLayout<AttemptCall>;
     CachingAllocator<ExecutionBlock> alloc;
     const std::size_t blocks = Layout::blocks(async_frame_bytes(parent.pipeline(), first));
@@ -296,7 +297,7 @@ class AttemptCall final : public CallBase {
 
  private:
   AttemptCall(CallBase& parent, std::size_t first, std::byte* frames, Executor&& ex,
-              const std::shared_ptr<const void>& keep_alive, std::size_t blocks)
+              const Lease& keep_alive, std::size_t blocks)
       : CallBase(parent.pipeline(), frames, context_storage_),
         keep_alive_(keep_alive),
         context_storage_(parent.context().clock(), parent.context().shield_name(), false),
@@ -338,7 +339,7 @@ class AttemptCall final : public CallBase {
     destroy_execution(this, allocator_type(), blocks_);
   }
 
-  std::shared_ptr<const void> keep_alive_;  ///< the pipeline outlives the attempt
+  Lease keep_alive_;  ///< the pipeline outlives the attempt
   AsyncSteps steps_;
   Context context_storage_;
   Executor ex_;
@@ -368,8 +369,8 @@ class AsyncCall final : public CallBase {
                          AttemptHandler<AsyncCall>>;
 
   /// Allocates and starts an execution. Completion never happens inside this call.
-  static void start(std::shared_ptr<const void> keep_alive, const PipelineView& pipeline,
-                    Handler handler, Attempt attempt) {
+  static void start(Lease keep_alive, const PipelineView& pipeline, Handler handler,
+                    Attempt attempt) {
     if constexpr (!has_own_executor<Handler>) {
       if (pipeline.needs_executor) {
         refuse_without_executor(std::move(handler));
@@ -444,8 +445,8 @@ class AsyncCall final : public CallBase {
   }
 
  private:
-  AsyncCall(std::shared_ptr<const void> keep_alive, const PipelineView& pipeline, std::byte* frames,
-            Handler&& handler, Attempt&& attempt, std::size_t blocks)
+  AsyncCall(Lease keep_alive, const PipelineView& pipeline, std::byte* frames, Handler&& handler,
+            Attempt&& attempt, std::size_t blocks)
       : CallBase(pipeline, frames, context_storage_),
         keep_alive_(std::move(keep_alive)),
         context_storage_(*pipeline.clock, pipeline.name, false),
@@ -556,7 +557,7 @@ class AsyncCall final : public CallBase {
     destroy_execution(this, get_allocator(), blocks_);
   }
 
-  std::shared_ptr<const void> keep_alive_;  ///< the pipeline outlives the execution
+  Lease keep_alive_;  ///< the pipeline outlives the execution
   // After keep_alive_: destroyed first, so the step timer goes before the pipeline's clock.
   AsyncSteps steps_;
   Context context_storage_;
