@@ -3,11 +3,12 @@
 
 namespace kevlar::detail {
 
-unsigned choose_lease_stripe() noexcept {
+std::size_t choose_lease_stripe() noexcept {
   static std::atomic<unsigned> next{0};
-  const unsigned s = next.fetch_add(1, std::memory_order_relaxed) % lease_stripes;
-  tl_lease_stripe = s + 1;
-  return s;
+  const std::size_t offset =
+      (next.fetch_add(1, std::memory_order_relaxed) % lease_stripes) * lease_stripe_bytes;
+  tl_lease_stripe = offset + lease_stripe_bytes;
+  return offset + lease_stripe_bytes;
 }
 
 void Leased::acquire_central() const noexcept {

@@ -145,6 +145,47 @@ TEST(RollingWindow, ClearForgetsEverything) {
   EXPECT_EQ(as_vector(w.add(clock.now(), false, false)), (std::vector<std::uint64_t>{1, 0, 0}));
 }
 
+/// Counts `n` lock-free successes at `at` from each of `threads` threads (their own stripes).
+void add_lock_free_successes(RollingWindow& w, Clock::time_point at, int threads, int n) {
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (int i = 0; i < n; ++i) ASSERT_TRUE(w.try_add_success(at));
+    });
+  }
+  for (std::thread& t : pool) t.join();
+}
+
+// Lock-free successes are counted per thread until the bucket ends; the rotation moves them into
+// the bucket they were counted for (not the new one), so they leave the window with it.
+TEST(RollingWindow, LockFreeSuccessesOfSeveralThreadsLeaveTheWindowWithTheirBucket) {
+  ManualClock clock;
+  RollingWindow w(10s);
+  w.add_success(clock.now());
+  add_lock_free_successes(w, clock.now(), 3, 1000);
+  EXPECT_EQ(counts(w, clock), (std::vector<std::uint64_t>{3001, 0, 0}));
+  clock.advance(1s);
+  EXPECT_EQ(as_vector(w.add(clock.now(), true, false)), (std::vector<std::uint64_t>{3002, 1, 0}));
+  add_lock_free_successes(w, clock.now(), 2, 10);
+  EXPECT_EQ(as_vector(w.counts(clock.now() + 8s)), (std::vector<std::uint64_t>{3022, 1, 0}));
+  // The first bucket leaves: its 3001 successes go, the second bucket's outcomes stay.
+  EXPECT_EQ(as_vector(w.counts(clock.now() + 9s)), (std::vector<std::uint64_t>{21, 1, 0}));
+  clock.advance(9s);  // rotating onto the first bucket's slot starts it from zero
+  w.add_success(clock.now());
+  EXPECT_EQ(counts(w, clock), (std::vector<std::uint64_t>{22, 1, 0}));
+}
+
+TEST(RollingWindow, ClearForgetsLockFreeSuccessesToo) {
+  ManualClock clock;
+  RollingWindow w(10s);
+  w.add_success(clock.now());
+  add_lock_free_successes(w, clock.now(), 2, 50);
+  w.clear();
+  EXPECT_EQ(counts(w, clock), (std::vector<std::uint64_t>{0, 0, 0}));
+  w.add_success(clock.now());
+  EXPECT_EQ(counts(w, clock), (std::vector<std::uint64_t>{1, 0, 0}));
+}
+
 TEST(RollingWindow, LockFreeSuccessesFromManyThreadsAreAllCounted) {
   ManualClock clock;
   RollingWindow w(10s);

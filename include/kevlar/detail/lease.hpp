@@ -16,16 +16,26 @@ namespace kevlar::detail {
 /// most this many threads running executions, none shares a stripe.
 inline constexpr unsigned lease_stripes = 8;
 
-/// The thread's stripe plus one (0: not chosen yet).
-inline constinit thread_local unsigned tl_lease_stripe = 0;
+/// The size of one stripe: a cache line.
+inline constexpr std::size_t lease_stripe_bytes = 64;
 
-/// Chooses the calling thread's stripe (its first lease).
-[[gnu::cold]] unsigned choose_lease_stripe() noexcept;
+/// The calling thread's stripe as a byte offset into an array of stripes, plus one stripe (0: not
+/// chosen yet). An offset, not an index: the stripe's address is then one addressing mode.
+inline constinit thread_local std::size_t tl_lease_stripe = 0;
 
-/// The calling thread's stripe, in [0, lease_stripes).
-inline unsigned lease_stripe() noexcept {
-  const unsigned s = tl_lease_stripe;
-  return s != 0 ? s - 1 : choose_lease_stripe();
+/// Chooses the calling thread's stripe (its first use); returns tl_lease_stripe's new value.
+[[gnu::cold]] std::size_t choose_lease_stripe() noexcept;
+
+/// `stripes[i]`, i the calling thread's stripe in [0, lease_stripes), for an array of
+/// lease_stripes stripes of lease_stripe_bytes each.
+template <class Stripe>
+[[nodiscard]] KEVLAR_DETAIL_ALWAYS_INLINE inline Stripe& this_thread_stripe(
+    Stripe* stripes) noexcept {
+  static_assert(sizeof(Stripe) == lease_stripe_bytes);
+  const std::size_t s = tl_lease_stripe;
+  const std::size_t end = s != 0 ? s : choose_lease_stripe();  // one past the stripe, in bytes
+  if (end % lease_stripe_bytes != 0) __builtin_unreachable();  // lets i * 64 fold away
+  return stripes[end / lease_stripe_bytes - 1];
 }
 
 /// An object that its owners keep alive through a std::shared_ptr made by make_leased(), and that
@@ -51,7 +61,7 @@ class Leased {
 
   /// Counts a lease. The object must be alive: the caller holds an owner or a lease.
   KEVLAR_DETAIL_ALWAYS_INLINE void acquire() const noexcept {
-    Stripe& s = stripes_[lease_stripe()];
+    Stripe& s = this_thread_stripe(stripes_);
     if (is_closed(s.count.fetch_add(1, std::memory_order_relaxed))) [[unlikely]] {
       acquire_central();
     }
@@ -59,7 +69,7 @@ class Leased {
   /// Returns a lease; true if the caller must destroy the object (the last owner has gone and this
   /// was the last lease).
   [[nodiscard]] bool release() const noexcept {
-    Stripe& s = stripes_[lease_stripe()];
+    Stripe& s = this_thread_stripe(stripes_);
     if (!is_closed(s.count.fetch_sub(1, std::memory_order_release))) [[likely]]
       return false;
     return release_central();
@@ -79,7 +89,7 @@ class Leased {
   /// Keeps the central count away from zero while retire() moves the stripes into it.
   static constexpr std::int64_t retiring_bias = std::int64_t{1} << 40;
 
-  struct alignas(64) Stripe {
+  struct alignas(lease_stripe_bytes) Stripe {
     std::atomic<std::int64_t> count{0};
   };
 

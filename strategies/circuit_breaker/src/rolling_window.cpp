@@ -18,7 +18,7 @@ constexpr std::int64_t floor_div(std::int64_t a, std::int64_t b) noexcept {
 }  // namespace
 
 RollingWindow::RollingWindow(Clock::duration length) noexcept
-    : length_(length.count()), current_end_(no_end), current_bucket_(no_bucket) {
+    : current_end_(no_end), length_(length.count()), current_bucket_(no_bucket) {
   for (Bucket& b : buckets_) b.index.store(no_bucket, std::memory_order_relaxed);
 }
 
@@ -43,6 +43,9 @@ std::int64_t RollingWindow::bucket_end(std::int64_t bucket) const noexcept {
 std::int64_t RollingWindow::rotate(Clock::time_point now) noexcept {
   const std::int64_t c = bucket_of(now);
   if (c <= current_bucket_) return current_bucket_;  // never move backwards (coarse vs. precise)
+  // The stripes counted for the bucket ending here (a success racing this rotation may still
+  // reach them, and then counts in the new bucket: the neighbouring one).
+  fold_stripes();
   const auto slot = static_cast<unsigned>(c - floor_div(c, buckets) * buckets);
   Bucket& b = buckets_[slot];
   b.successes.store(0, std::memory_order_relaxed);
@@ -50,9 +53,16 @@ std::int64_t RollingWindow::rotate(Clock::time_point now) noexcept {
   b.slow.store(0, std::memory_order_relaxed);
   b.index.store(c, std::memory_order_relaxed);
   current_bucket_ = c;
-  current_slot_.store(slot, std::memory_order_relaxed);
+  current_slot_ = slot;
   current_end_.store(bucket_end(c), std::memory_order_release);
   return c;
+}
+
+void RollingWindow::fold_stripes() noexcept {
+  if (current_bucket_ == no_bucket) return;  // nothing is counted before the first bucket
+  std::uint64_t n = 0;
+  for (Stripe& s : stripes_) n += s.successes.exchange(0, std::memory_order_relaxed);
+  buckets_[current_slot_].successes.fetch_add(n, std::memory_order_relaxed);
 }
 
 RollingWindow::Counts RollingWindow::counts_at(std::int64_t current) const noexcept {
@@ -64,19 +74,22 @@ RollingWindow::Counts RollingWindow::counts_at(std::int64_t current) const noexc
     w.failures += f;
     w.total += f + b.successes.load(std::memory_order_relaxed);
     w.slow += b.slow.load(std::memory_order_relaxed);
+    if (i == current_bucket_) {
+      // The current bucket's successes not folded yet.
+      for (const Stripe& s : stripes_) w.total += s.successes.load(std::memory_order_relaxed);
+    }
   }
   return w;
 }
 
 void RollingWindow::add_success(Clock::time_point now) noexcept {
   rotate(now);
-  buckets_[current_slot_.load(std::memory_order_relaxed)].successes.fetch_add(
-      1, std::memory_order_relaxed);
+  buckets_[current_slot_].successes.fetch_add(1, std::memory_order_relaxed);
 }
 
 RollingWindow::Counts RollingWindow::add(Clock::time_point now, bool failed, bool slow) noexcept {
   const std::int64_t c = rotate(now);
-  Bucket& b = buckets_[current_slot_.load(std::memory_order_relaxed)];
+  Bucket& b = buckets_[current_slot_];
   (failed ? b.failures : b.successes).fetch_add(1, std::memory_order_relaxed);
   if (slow) b.slow.fetch_add(1, std::memory_order_relaxed);
   return counts_at(c);
@@ -88,8 +101,11 @@ RollingWindow::Counts RollingWindow::counts(Clock::time_point now) const noexcep
 
 void RollingWindow::clear() noexcept {
   current_end_.store(no_end, std::memory_order_release);
-  current_slot_.store(0, std::memory_order_relaxed);
+  current_slot_ = 0;
   current_bucket_ = no_bucket;
+  // A success that passed the bucket test before the store above may still reach a stripe: it
+  // counts in the next bucket, as one racing a rotation.
+  for (Stripe& s : stripes_) s.successes.store(0, std::memory_order_relaxed);
   for (Bucket& b : buckets_) {
     b.index.store(no_bucket, std::memory_order_relaxed);
     b.successes.store(0, std::memory_order_relaxed);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <kevlar/clock.hpp>
+#include <kevlar/detail/lease.hpp>
 
 #include <array>
 #include <atomic>
@@ -17,6 +18,11 @@ namespace kevlar::detail {
 /// reused (its counts cleared) when time reaches a bucket ten further on. Time never moves the
 /// window backwards: an outcome recorded at a time point before the current bucket counts in the
 /// current bucket.
+///
+/// The successes counted without the lock (try_add_success) go to a per-thread stripe of the
+/// current bucket (the stripes of detail/lease.hpp), so that threads recording successes at once
+/// write no shared cache line; a rotation folds the stripes into the bucket they counted for, and
+/// counts() adds them to the current bucket.
 ///
 /// Thread-safety: add(), add_success(), counts() and clear() must not run concurrently with each
 /// other (the breaker calls them under its lock). try_add_success() may run concurrently with any
@@ -42,8 +48,7 @@ class RollingWindow {
   /// is not (or nothing was counted yet): the caller then counts it with add_success().
   [[nodiscard]] bool try_add_success(Clock::time_point now) noexcept {
     if (now.time_since_epoch().count() < current_end_.load(std::memory_order_acquire)) {
-      buckets_[current_slot_.load(std::memory_order_relaxed)].successes.fetch_add(
-          1, std::memory_order_relaxed);
+      this_thread_stripe(stripes_.data()).successes.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
     return false;
@@ -75,13 +80,22 @@ class RollingWindow {
   std::int64_t rotate(Clock::time_point now) noexcept;
   /// The counts of the ten buckets ending at `current`.
   [[nodiscard]] Counts counts_at(std::int64_t current) const noexcept;
+  /// Moves the stripes' successes into the current bucket.
+  void fold_stripes() noexcept;
 
-  std::int64_t length_;  ///< the window, in nanoseconds
-  // Read by try_add_success without the lock.
-  std::atomic<std::int64_t> current_end_;  ///< first time point after the current bucket
-  std::atomic<unsigned> current_slot_{0};  ///< the current bucket's slot
-  std::array<Bucket, buckets> buckets_;
+  /// Successes of the current bucket counted without the lock, by one stripe of threads.
+  struct alignas(lease_stripe_bytes) Stripe {
+    std::atomic<std::uint64_t> successes{0};
+  };
+
+  // Read by try_add_success without the lock; written only by a rotation or clear().
+  alignas(
+      64) std::atomic<std::int64_t> current_end_;  ///< first time point after the current bucket
+  std::int64_t length_;                            ///< the window, in nanoseconds
   std::int64_t current_bucket_;  ///< absolute number of the current bucket
+  unsigned current_slot_ = 0;    ///< the current bucket's slot
+  std::array<Bucket, buckets> buckets_;
+  std::array<Stripe, lease_stripes> stripes_;
 };
 
 }  // namespace kevlar::detail
