@@ -46,7 +46,7 @@ using kevlar::stress::LatencyHistogram;
 // ---- the command line ------------------------------------------------------------------------
 
 enum class Mode { sync, async };
-enum class PipelineKind { raw, trb, five };
+enum class PipelineKind { raw, shared, trb, five };
 
 const char* name_of(Mode m) noexcept {
   return m == Mode::sync ? "sync" : "async";
@@ -55,6 +55,8 @@ const char* name_of(PipelineKind p) noexcept {
   switch (p) {
     case PipelineKind::raw:
       return "raw";
+    case PipelineKind::shared:
+      return "shared";
     case PipelineKind::trb:
       return "trb";
     case PipelineKind::five:
@@ -67,7 +69,8 @@ struct Config {
   double seconds = 10;
   unsigned threads = 1;
   std::vector<Mode> modes{Mode::sync, Mode::async};
-  std::vector<PipelineKind> pipelines{PipelineKind::raw, PipelineKind::trb, PipelineKind::five};
+  std::vector<PipelineKind> pipelines{PipelineKind::raw, PipelineKind::shared, PipelineKind::trb,
+                                      PipelineKind::five};
   bool json = false;
 };
 
@@ -84,7 +87,7 @@ void print_usage(std::FILE* out) {
   std::fprintf(
       out,
       "usage: kevlar_stress [--seconds S] [--threads N] [--mode sync|async|all]\n"
-      "                     [--pipeline raw|trb|five|all] [--json] [--help]\n"
+      "                     [--pipeline raw|shared|trb|five|all] [--json] [--help]\n"
       "\n"
       "Runs kevlar pipelines from N threads for S seconds per run, checks the value of every\n"
       "call and the final state of the breaker and the limiters, and prints per run: ops/s,\n"
@@ -99,7 +102,11 @@ void print_usage(std::FILE* out) {
       "                 five: rate limit (never rejecting) -> timeout(10s) -> retry(3) ->\n"
       "                       circuit breaker -> concurrency limit(1024);\n"
       "                 raw: the same loop without a shield (the same-run control);\n"
-      "                 all (default): raw, trb and five\n"
+      "                 shared: the raw loop plus the shared writes a process-wide rate\n"
+      "                       limit and concurrency limit need per call (a compare-exchange\n"
+      "                       on one word; an increment before the operation and a decrement\n"
+      "                       after it on another): the floor of five on several cores;\n"
+      "                 all (default): raw, shared, trb and five\n"
       "  --json         one JSON object per run and line instead of the table\n"
       "  --help         this text\n"
       "\n"
@@ -187,14 +194,17 @@ Config parse_command_line(int argc, char** argv) {
     } else {
       if (value == "raw") {
         cfg.pipelines = {PipelineKind::raw};
+      } else if (value == "shared") {
+        cfg.pipelines = {PipelineKind::shared};
       } else if (value == "trb") {
         cfg.pipelines = {PipelineKind::trb};
       } else if (value == "five") {
         cfg.pipelines = {PipelineKind::five};
       } else if (value == "all") {
-        cfg.pipelines = {PipelineKind::raw, PipelineKind::trb, PipelineKind::five};
+        cfg.pipelines = {PipelineKind::raw, PipelineKind::shared, PipelineKind::trb,
+                         PipelineKind::five};
       } else {
-        bad_value("raw, trb, five or all");
+        bad_value("raw, shared, trb, five or all");
       }
     }
   }
@@ -252,8 +262,27 @@ struct WorkAttempt {
 
 // ---- the pipelines ----------------------------------------------------------------------------
 
+/// The words the `shared` control writes, each on its own cache line, as a rate limiter's and a
+/// concurrency limiter's are.
+struct SharedWords {
+  alignas(64) std::atomic<std::uint64_t> rate{0};
+  alignas(64) std::atomic<std::int64_t> limiter{0};
+
+  /// Before the operation: a rate limiter's compare-exchange, a limiter's acquisition.
+  void take() noexcept {
+    std::uint64_t r = rate.load(std::memory_order_relaxed);
+    while (!rate.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel,
+                                       std::memory_order_relaxed)) {
+    }
+    limiter.fetch_add(1, std::memory_order_acquire);
+  }
+  /// After it: the limiter's release.
+  void give_back() noexcept { limiter.fetch_sub(1, std::memory_order_release); }
+};
+
 /// A pipeline and the stateful strategies whose final state is checked.
 struct Pipeline {
+  std::unique_ptr<SharedWords> words;  ///< the `shared` control's
   kevlar::Shield shield;
   std::shared_ptr<kevlar::RateLimitStrategy> rate;
   std::shared_ptr<kevlar::CircuitBreaker> breaker;
@@ -291,6 +320,10 @@ constexpr std::uint32_t limiter_permits = 1024;
 Pipeline make_pipeline(PipelineKind kind) {
   Pipeline p;
   if (kind == PipelineKind::raw) return p;
+  if (kind == PipelineKind::shared) {
+    p.words = std::make_unique<SharedWords>();
+    return p;
+  }
   p.breaker = kevlar::CircuitBreaker::create(ratio_breaker());
   if (kind == PipelineKind::trb) {
     p.shield = kevlar::Shield{}.timeout(10s).retry(three_retries()).use(p.breaker);
@@ -314,6 +347,11 @@ Pipeline make_pipeline(PipelineKind kind) {
 bool check_final_state(const Pipeline& p, std::string& description) {
   bool ok = true;
   description.clear();
+  if (p.words != nullptr) {
+    const std::int64_t held = p.words->limiter.load();
+    description = "no shield; limiter word " + std::to_string(held);
+    return held == 0;
+  }
   if (p.breaker == nullptr) {
     description = "no shield";
     return true;
@@ -537,6 +575,7 @@ bool wait_for_count(const std::atomic<unsigned>& counter, unsigned n, SteadyCloc
 RunResult run_one(Mode mode, PipelineKind kind, const Config& cfg) {
   const Pipeline pipeline = make_pipeline(kind);
   const kevlar::Shield& shield = pipeline.shield;
+  SharedWords* words = pipeline.words.get();
   std::vector<ThreadResult> results(cfg.threads);
   RunControl ctl;
   std::vector<std::thread> threads;
@@ -544,10 +583,19 @@ RunResult run_one(Mode mode, PipelineKind kind, const Config& cfg) {
 
   for (unsigned t = 0; t < cfg.threads; ++t) {
     ThreadResult& r = results[t];
-    const auto body = [&ctl, &r, &shield, mode, kind, t] {
+    const auto body = [&ctl, &r, &shield, words, mode, kind, t] {
       if (mode == Mode::sync) {
         if (kind == PipelineKind::raw) {
           sync_thread([](std::uint64_t in) { return work(in); }, t, ctl, r);
+        } else if (kind == PipelineKind::shared) {
+          sync_thread(
+              [words](std::uint64_t in) {
+                words->take();
+                const std::uint64_t out = work(in);
+                words->give_back();
+                return out;
+              },
+              t, ctl, r);
         } else {
           sync_thread(
               [&shield](std::uint64_t in) { return shield.execute([in] { return work(in); }); }, t,
@@ -557,6 +605,20 @@ RunResult run_one(Mode mode, PipelineKind kind, const Config& cfg) {
         async_thread(
             [](asio::io_context::executor_type ex) {
               return [ex](std::uint64_t in) { return async_work(ex, in, asio::deferred); };
+            },
+            t, ctl, r);
+      } else if (kind == PipelineKind::shared) {
+        async_thread(
+            [words](asio::io_context::executor_type ex) {
+              return [words, ex](std::uint64_t in) {
+                words->take();
+                return async_work(
+                    ex, in,
+                    asio::deferred([words](boost::system::error_code ec, std::uint64_t out) {
+                      words->give_back();
+                      return asio::deferred.values(ec, out);
+                    }));
+              };
             },
             t, ctl, r);
       } else {
