@@ -20,6 +20,7 @@ void Leased::acquire_central() const noexcept {
 }
 
 bool Leased::release_central() const noexcept {
+  // As in acquire_central: this return counts centrally, after the central count retire() set up.
   std::atomic_thread_fence(std::memory_order_acquire);
   return central_.fetch_sub(1, std::memory_order_acq_rel) == 1;
 }

@@ -349,7 +349,10 @@ class Shield {
     if constexpr (std::invocable<F&>) {
       return initiate<Sig>(FactoryAttempt<F>{std::move(factory), {}}, std::forward<Token>(token));
     } else {  // an empty shield's call needs the shield's clock and name for its context
-      return initiate<Sig>(FactoryAttempt<F>{std::move(factory), p_}, std::forward<Token>(token));
+      // (an execution's attempts have its context, and its lease keeps the pipeline)
+      return initiate<Sig>(FactoryAttempt<F>{std::move(factory),
+                                             p_ == nullptr || p_->bypasses_engine ? p_ : nullptr},
+                           std::forward<Token>(token));
     }
   }
 
@@ -362,7 +365,12 @@ class Shield {
     if constexpr (std::invocable<F&>) {  // a nullary factory
       if (p_ == nullptr || p_->bypasses_engine) return factory();  // no strategy, no observer
     }
-    return run_factory(*this, std::move(factory));
+    // use_awaitable, not deferred: Boost 1.81 cannot co_await a deferred operation whose
+    // signature is void(std::exception_ptr, T). The awaitable keeps the initiation's arguments,
+    // the execution's lease on the pipeline among them, until it is awaited or destroyed: a
+    // temporary shield is safe, and no copy of the shield is made.
+    using Executor = typename detail::IsAwaitable<detail::FactoryResult<F>>::executor_type;
+    return execute_async(std::move(factory), boost::asio::use_awaitable_t<Executor>{});
   }
 
  private:
@@ -470,13 +478,6 @@ class Shield {
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
     call.run();
     return call.take_outcome();
-  }
-
-  template <class F>
-  static auto run_factory(Shield self, F factory) -> detail::FactoryResult<F> {
-    // use_awaitable, not deferred: Boost 1.81 cannot co_await a deferred operation whose
-    // signature is void(std::exception_ptr, T).
-    co_return co_await self.execute_async(std::move(factory), boost::asio::use_awaitable);
   }
 
   template <class Sig, class A, class Token>

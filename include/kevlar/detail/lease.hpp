@@ -8,12 +8,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 namespace kevlar::detail {
 
-/// The stripes a Leased object counts its leases in. Threads take stripes round-robin: with at
-/// most this many threads running executions, none shares a stripe.
+/// The stripes a Leased object counts its leases in. Threads take stripes round-robin, in the
+/// order of their first use of one: two threads share a stripe only once more than this many
+/// threads have taken one (which costs contention, never correctness).
 inline constexpr unsigned lease_stripes = 8;
 
 /// The size of one stripe: a cache line.
@@ -86,8 +88,10 @@ class Leased {
   [[nodiscard]] static constexpr bool is_closed(std::int64_t word) noexcept {
     return word >= std::int64_t{1} << 61;
   }
-  /// Keeps the central count away from zero while retire() moves the stripes into it.
-  static constexpr std::int64_t retiring_bias = std::int64_t{1} << 40;
+  /// Keeps the central count away from zero while retire() moves the stripes into it: a lease
+  /// taken on a stripe not yet closed and returned to a closed one lowers it by one, and 2^62 such
+  /// returns cannot happen while one retire() runs.
+  static constexpr std::int64_t retiring_bias = std::int64_t{1} << 62;
 
   struct alignas(lease_stripe_bytes) Stripe {
     std::atomic<std::int64_t> count{0};
@@ -97,7 +101,7 @@ class Leased {
   [[gnu::cold]] bool release_central() const noexcept;
 
   mutable Stripe stripes_[lease_stripes];
-  alignas(64) mutable std::atomic<std::int64_t> central_{0};
+  alignas(lease_stripe_bytes) mutable std::atomic<std::int64_t> central_{0};
 };
 
 /// A new T(args...), owned by the std::shared_ptr returned, and kept alive after its owners by
@@ -140,6 +144,7 @@ class Lease {
 
 template <class T, class... Args>
 std::shared_ptr<T> make_leased(Args&&... args) {
+  static_assert(std::is_base_of_v<Leased, T>, "make_leased makes objects derived from Leased");
   return std::shared_ptr<T>(new T(std::forward<Args>(args)...), [](T* object) noexcept {
     if (object->retire()) delete object;
   });

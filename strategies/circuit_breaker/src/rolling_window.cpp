@@ -59,7 +59,9 @@ std::int64_t RollingWindow::rotate(Clock::time_point now) noexcept {
 }
 
 void RollingWindow::fold_stripes() noexcept {
-  if (current_bucket_ == no_bucket) return;  // nothing is counted before the first bucket
+  // Before the first bucket (or after clear()) there is no bucket to fold into: a success that
+  // raced clear() stays in its stripe and counts in the first bucket.
+  if (current_bucket_ == no_bucket) return;
   std::uint64_t n = 0;
   for (Stripe& s : stripes_) n += s.successes.exchange(0, std::memory_order_relaxed);
   buckets_[current_slot_].successes.fetch_add(n, std::memory_order_relaxed);

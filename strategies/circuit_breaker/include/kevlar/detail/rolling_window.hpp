@@ -88,13 +88,14 @@ class RollingWindow {
     std::atomic<std::uint64_t> successes{0};
   };
 
-  // Read by try_add_success without the lock; written only by a rotation or clear().
-  alignas(
-      64) std::atomic<std::int64_t> current_end_;  ///< first time point after the current bucket
-  std::int64_t length_;                            ///< the window, in nanoseconds
+  /// First time point after the current bucket: read by every try_add_success without the lock,
+  /// written only by a rotation or clear(), and alone on its cache line with fields as rarely
+  /// written (the buckets, which the lock's holders write, start on the next line).
+  alignas(lease_stripe_bytes) std::atomic<std::int64_t> current_end_;
+  std::int64_t length_;          ///< the window, in nanoseconds
   std::int64_t current_bucket_;  ///< absolute number of the current bucket
   unsigned current_slot_ = 0;    ///< the current bucket's slot
-  std::array<Bucket, buckets> buckets_;
+  alignas(lease_stripe_bytes) std::array<Bucket, buckets> buckets_;
   std::array<Stripe, lease_stripes> stripes_;
 };
 
