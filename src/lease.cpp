@@ -5,10 +5,10 @@ namespace kevlar::detail {
 
 std::size_t choose_lease_stripe() noexcept {
   static std::atomic<unsigned> next{0};
-  const std::size_t offset =
-      (next.fetch_add(1, std::memory_order_relaxed) % lease_stripes) * lease_stripe_bytes;
-  tl_lease_stripe = offset + lease_stripe_bytes;
-  return offset + lease_stripe_bytes;
+  const std::size_t end =
+      (next.fetch_add(1, std::memory_order_relaxed) % lease_stripes + 1) * lease_stripe_bytes;
+  tl_lease_stripe = end;
+  return end;
 }
 
 void Leased::acquire_central() const noexcept {

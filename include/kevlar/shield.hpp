@@ -486,18 +486,19 @@ class Shield {
     // caller's handler straight to the operation. Otherwise the execution holds a lease on the
     // pipeline, which keeps it alive (a temporary shield may run a callback-style call) without
     // a shared_ptr's count, which every thread would write.
-    const detail::Pipeline* p = p_ == nullptr || p_->bypasses_engine ? nullptr : p_.get();
     return boost::asio::async_initiate<Token, Sig>(
-        [](auto handler, detail::Lease lease, const detail::Pipeline* pipeline, A a) {
-          if (pipeline == nullptr) {
+        [](auto handler, detail::Lease lease, A a) {
+          if (!lease) {
             std::move(a)(std::move(handler));  // the operation may keep what it needs
             return;
           }
           using Handler = std::decay_t<decltype(handler)>;
-          detail::AsyncCall<Handler, A, Sig>::start(std::move(lease), pipeline->view,
+          const auto& pipeline = static_cast<const detail::Pipeline&>(*lease.get());
+          detail::AsyncCall<Handler, A, Sig>::start(std::move(lease), pipeline.view,
                                                     std::move(handler), std::move(a));
         },
-        token, p != nullptr ? detail::Lease(*p) : detail::Lease(), p, std::move(attempt));
+        token, p_ == nullptr || p_->bypasses_engine ? detail::Lease() : detail::Lease(*p_),
+        std::move(attempt));
   }
 
   [[nodiscard]] const detail::PipelineView& view() const noexcept;

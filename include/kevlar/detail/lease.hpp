@@ -131,6 +131,8 @@ class Lease {
   }
 
   void swap(Lease& other) noexcept { std::swap(object_, other.object_); }
+  /// The object leased, or nullptr.
+  [[nodiscard]] const Leased* get() const noexcept { return object_; }
   [[nodiscard]] explicit operator bool() const noexcept { return object_ != nullptr; }
 
  private:
