@@ -12,6 +12,7 @@
 
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/shield.hpp>
+#include <kevlar/strategy.hpp>
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -24,7 +25,9 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -43,9 +46,15 @@ inline bool queued(const kevlar::ConcurrencyLimitStrategy& s) noexcept {
 /// no_limiter_control's stand-in for a limiter: the pair without kevlar (see Gate).
 struct NoLimiter {};
 
-/// no_limiter_control's call B: parked until resume(), which starts B's operation (async_answer)
-/// right there with B's handler, as a grant starts a queued call's operation inside the releasing
-/// completion.
+/// shield_control's stand-in for a limiter: the pair through a shield whose one layer does nothing
+/// (the shield passed to run_pairs), with B's operation parked at the Gate as in
+/// no_limiter_control. Two executions through kevlar's engine and no limiter: what any pair of
+/// shield calls costs, whatever limits it.
+struct ShieldOnly {};
+
+/// The call B of no_limiter_control and shield_control: parked until resume(), which starts B's
+/// operation (async_answer) right there with B's handler, as a grant starts a queued call's
+/// operation inside the releasing completion.
 struct AnswerNow {
   template <class H>
   void operator()(H&& h) const {
@@ -72,7 +81,7 @@ struct PairDriver {
   boost::asio::io_context& ioc;
   Caller caller;
   kevlar::testing::OneShot promise;
-  Gate gate;  // no_limiter_control's call B
+  Gate gate;  // the call B of no_limiter_control and shield_control
   int done = 0;
   int warm_up = 100;  // untimed pairs first: recycling caches, deadline services
   bool measuring = false;
@@ -81,6 +90,8 @@ struct PairDriver {
   std::function<void()> finish;
 
   static constexpr bool no_limiter = std::is_same_v<Strategy, NoLimiter>;
+  /// B waits at the gate, not in a limiter's queue (no_limiter_control, shield_control).
+  static constexpr bool gated = no_limiter || std::is_same_v<Strategy, ShieldOnly>;
 
   // Call A: through the shield, or (no_limiter_control) the bare operation.
   template <class Token>
@@ -92,22 +103,26 @@ struct PairDriver {
                                   std::forward<Token>(token));
     }
   }
-  // Call B: through the shield, or parked until A's completion starts its operation.
+  // Call B: through the shield, or parked until A's completion starts its operation (bare, or
+  // through the shield: shield_control).
   template <class Token>
   auto call_b(Token&& token) {
     if constexpr (no_limiter) {
       return gate.wait(std::forward<Token>(token));
+    } else if constexpr (gated) {
+      return shield.execute_async([this](auto t) { return gate.wait(std::move(t)); },
+                                  std::forward<Token>(token));
     } else {
       return shield.execute_async(
           [](auto t) { return kevlar::testing::async_answer(std::move(t)); },
           std::forward<Token>(token));
     }
   }
-  // A's handler; without kevlar it then starts B's operation, in the order a grant runs after
+  // A's handler; without a limiter it then starts B's operation, in the order a grant runs after
   // the releasing call's handler.
   void a_done() {
     one_done();
-    if constexpr (no_limiter) gate.resume();
+    if constexpr (gated) gate.resume();
   }
   void b_done(int v) {
     result.b_value = v;
@@ -149,7 +164,7 @@ struct PairDriver {
     fire_when_b_queued();
   }
   [[nodiscard]] bool b_parked() const noexcept {
-    if constexpr (no_limiter) {
+    if constexpr (gated) {
       return gate.pending();
     } else {
       return queued(limiter);
@@ -216,6 +231,18 @@ PairRun run_pairs(Loop& loop, const kevlar::Shield& shield, const Strategy& limi
   boost::asio::post(ioc, [&] { d.start(); });
   ioc.run();
   return d.result;
+}
+
+/// A strategy that only lets the call through: shield_control's one layer.
+class PassThroughLayer final : public kevlar::Strategy {
+ public:
+  [[nodiscard]] std::string describe() const override { return "PassThrough"; }
+  kevlar::Step on_start(kevlar::Layer&) override { return kevlar::Step::run_inner; }
+};
+
+/// shield_control's shield: one layer that does nothing, where the other cells have their limiter.
+inline kevlar::Shield pair_shield_control() {
+  return kevlar::Shield{}.use(std::make_shared<PassThroughLayer>());
 }
 
 /// kevlar's limiter in the pair's shape: limit 1, queue 1.

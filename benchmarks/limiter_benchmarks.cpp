@@ -7,6 +7,9 @@
 //                no_limiter_control — the shape's floor on Asio: no shield and no limiter; A and B
 //                                  are the bare operations and A's completion starts B's
 //                                  operation itself, where the limiter would grant B
+//                shield_control  — the same as no_limiter_control, with A and B executed
+//                                  through a shield whose one layer does nothing: the floor of
+//                                  any pair of shield calls, whatever limits them
 //                mutex_control   — the same limiter design, two objects as in Kevlar (interlocked
 //                                  counters + a semaphore that only carries wake-ups), waking
 //                                  through MutexDequeSemaphore (the SemaphoreSlim analog)
@@ -106,6 +109,20 @@ void no_limiter_pair(benchmark::State& state, Caller caller, Regime regime) {
                : "live I/O (pending timer); the shape without kevlar; ns and allocations per pair");
 }
 
+void shield_control_pair(benchmark::State& state, Caller caller, Regime regime) {
+  asio::io_context ioc(1);
+  const kevlar::bench::ShieldOnly shield_only;
+  run_pair(state, kevlar::bench::pair_shield_control(), shield_only, ioc, caller, regime,
+           regime == Regime::idle ? "idle loop; two shield calls without a limiter; ns and "
+                                    "allocations per pair"
+                                  : "live I/O (pending timer); two shield calls without a limiter; "
+                                    "ns and allocations per pair");
+}
+
+#define KEVLAR_PAIR_SHIELD(caller, regime)                                                  \
+  BENCHMARK_CAPTURE(shield_control_pair, caller##_##regime, Caller::caller, Regime::regime) \
+      ->Name("BM_QueuedHandoffPair/shield_control/" #caller "/" #regime)
+
 #define KEVLAR_PAIR_FLOOR(caller, regime)                                               \
   BENCHMARK_CAPTURE(no_limiter_pair, caller##_##regime, Caller::caller, Regime::regime) \
       ->Name("BM_QueuedHandoffPair/no_limiter_control/" #caller "/" #regime)
@@ -131,6 +148,10 @@ KEVLAR_PAIR_FLOOR(callback, idle);
 KEVLAR_PAIR_FLOOR(coroutine, idle);
 KEVLAR_PAIR_FLOOR(callback, live_io);
 KEVLAR_PAIR_FLOOR(coroutine, live_io);
+KEVLAR_PAIR_SHIELD(callback, idle);
+KEVLAR_PAIR_SHIELD(coroutine, idle);
+KEVLAR_PAIR_SHIELD(callback, live_io);
+KEVLAR_PAIR_SHIELD(coroutine, live_io);
 
 // ---- uncontended and contended
 // -------------------------------------------------------------------

@@ -43,11 +43,7 @@
 
 namespace {
 
-class PassThrough final : public kevlar::Strategy {
- public:
-  std::string describe() const override { return "PassThrough"; }
-  kevlar::Step on_start(kevlar::Layer&) override { return kevlar::Step::run_inner; }
-};
+using PassThrough = kevlar::bench::PassThroughLayer;
 
 /// The rate limit's control: a pass-through layer that reads the shield's clock and does one CAS
 /// on a shared word, what the limiter's admission adds to a layer.
@@ -113,8 +109,8 @@ int run_async(const kevlar::Shield& shield, long calls) {
 }
 
 /// Runs `pairs` measured pairs (after the driver's warm-up) of one idle BM_QueuedHandoffPair cell:
-/// `<semaphore>_<caller>`, semaphore one of `unpaired`, `mutex_control`, `channel_control` and
-/// `no_limiter_control`, caller `callback` or `coroutine`.
+/// `<semaphore>_<caller>`, semaphore one of `unpaired`, `mutex_control`, `channel_control`,
+/// `shield_control` and `no_limiter_control`, caller `callback` or `coroutine`.
 int run_pair_cell(const char* cell, long pairs) {
   using kevlar::bench::Caller;
   struct CountedLoop {
@@ -132,6 +128,10 @@ int run_pair_cell(const char* cell, long pairs) {
     const kevlar::bench::NoLimiter none;
     run = kevlar::bench::run_pairs(loop, kevlar::Shield{}, none, ioc, caller,
                                    kevlar::bench::Regime::idle);
+  } else if (name.starts_with("shield_control_")) {
+    const kevlar::bench::ShieldOnly shield_only;
+    run = kevlar::bench::run_pairs(loop, kevlar::bench::pair_shield_control(), shield_only, ioc,
+                                   caller, kevlar::bench::Regime::idle);
   } else if (name.starts_with("unpaired_")) {
     const auto limiter = kevlar::bench::pair_limiter();
     run = kevlar::bench::run_pairs(loop, kevlar::Shield{}.use(limiter), *limiter, ioc, caller,

@@ -38,6 +38,7 @@ modes=(
   "async_hedge_first_wins 20000" "async_hedge_second_wins 10000"
   "pair_unpaired_callback 10000" "pair_unpaired_coroutine 5000"
   "pair_no_limiter_control_callback 10000" "pair_no_limiter_control_coroutine 5000"
+  "pair_shield_control_callback 10000" "pair_shield_control_coroutine 5000"
   "pair_mutex_control_callback 10000" "pair_mutex_control_coroutine 5000"
   "pair_channel_control_callback 10000" "pair_channel_control_coroutine 5000"
   "observed_trb_noop 100000" "observed_trb_metrics 100000" "observed_trb_spdlog 100000"

@@ -110,6 +110,9 @@ RULES = [
     # intrusive list serves the semaphore's queue and the engine's alike: it takes its callers'
     # phases (it is unnamed).
     ("engine", r"^kevlar::(?!bench::|testing::|detail::IntrusiveList::)", None, None),
+    # shield_control's one layer: the callbacks of its strategy, where the other cells have their
+    # limiter's.
+    ("limiter", r"^kevlar::bench::PassThroughLayer::", None, None),
     # The harness and the pair's operations.
     ("floor", r"^kevlar::(bench|testing)::", None, None),
     ("floor", r"^(main|\(anonymous namespace\)::)", None, None),
@@ -533,7 +536,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--exe", required=True, help="kevlar_count_instructions (built with -g)")
     ap.add_argument("--pairs", type=int, default=2000, help="N (the runs use N and 2N pairs)")
-    ap.add_argument("--cells", default="unpaired,mutex_control,channel_control,no_limiter_control")
+    ap.add_argument("--cells", default="unpaired,mutex_control,channel_control,shield_control,"
+                                        "no_limiter_control")
     ap.add_argument("--callers", default="callback,coroutine")
     ap.add_argument("--compare", help="another driver build whose per-pair total is reported "
                                       "beside (the gate's Release build)")
@@ -602,11 +606,16 @@ def main() -> int:
                 for c in cells:
                     r = results[c]
                     # The mapping still finds the handoff's code: a limiter cell has all three
-                    # handoff phases, the floor cell none but the floor.
+                    # handoff phases, shield_control its two executions, its layer and the floor
+                    # and no handoff, the floor cell none but the floor.
                     for p in PHASES:
                         has = r["ir"].get(p, 0.0) >= 1
-                        want = p == "floor" if c == "no_limiter_control" else \
-                            p in ("publication", "completion", "scheduling", "floor") or has
+                        if c == "no_limiter_control":
+                            want = p == "floor"
+                        elif c == "shield_control":
+                            want = p in ("limiter", "engine", "floor")
+                        else:
+                            want = p in ("publication", "completion", "scheduling", "floor") or has
                         if has != want:
                             print(f"handoff-profile: {c}_{caller}: phase {p} "
                                   f"{'unexpectedly present' if has else 'missing'} "

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Per-phase profile of the queued-handoff pair (limit 1, queue 1; BM_QueuedHandoffPair's idle
-# cells): for unpaired, mutex_control, channel_control and no_limiter_control (the floor), with
-# callback and coroutine callers, instructions and locked instructions per pair attributed to
-# queue publication, waiter completion, continuation scheduling, the limiter's callbacks, kevlar's
-# engine and Asio's floor. The method and the function-to-phase mapping are in
+# cells): for unpaired, mutex_control, channel_control, shield_control (two shield calls without a
+# limiter) and no_limiter_control (the floor), with callback and coroutine callers, instructions
+# and locked instructions per pair attributed to queue publication, waiter completion,
+# continuation scheduling, the limiter's callbacks, kevlar's engine and Asio's floor. The method and the function-to-phase mapping are in
 # tools/handoff-profile.py; the table and how to read it in docs/semaphore.md.
 #
 #   tools/handoff-profile.sh [--build] [--pairs N] [--cells a,b] [--callers a,b] [--explain]
@@ -13,10 +13,11 @@
 #                (CMAKE_CXX_FLAGS_RELEASE="-O3 -DNDEBUG -g": the same code as the Release build,
 #                plus the line and inline tables the attribution reads), in build/profile
 #   --pairs N    the callgrind runs use N and 2N pairs (default 2000)
-#   --cells, --callers   a subset (default: all four semaphores; callback,coroutine)
+#   --cells, --callers   a subset (default: all five cells; callback,coroutine)
 #   --explain    also list the functions and the locked instructions behind every phase
 #   --check      exit non-zero unless the phases add up to each cell's callgrind total, each
-#                limiter cell has the three handoff phases and no_limiter_control only the floor
+#                limiter cell has the three handoff phases, shield_control none of them and
+#                no_limiter_control only the floor
 #
 # With the default build directory, if build/release/kevlar_count_instructions exists (the
 # Release build the instruction gate counts), each cell's per-pair total there is printed beside,
