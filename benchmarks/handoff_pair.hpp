@@ -122,7 +122,10 @@ struct PairDriver {
   // the releasing call's handler.
   void a_done() {
     one_done();
-    if constexpr (gated) gate.resume();
+    // B may not be parked: a run ending with an error fires the promise without it.
+    if constexpr (gated) {
+      if (gate.pending()) gate.resume();
+    }
   }
   void b_done(int v) {
     result.b_value = v;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Per-phase profile of the queued-handoff pair (limit 1, queue 1; BM_QueuedHandoffPair's idle
-# cells): for unpaired, mutex_control, channel_control, shield_control (two shield calls without a
-# limiter) and no_limiter_control (the floor), with callback and coroutine callers, instructions
-# and locked instructions per pair attributed to queue publication, waiter completion,
-# continuation scheduling, the limiter's callbacks, kevlar's engine and Asio's floor. The method and the function-to-phase mapping are in
-# tools/handoff-profile.py; the table and how to read it in docs/semaphore.md.
+# cells): for unpaired, mutex_control, channel_control, shield_control (two shield calls without
+# a limiter) and no_limiter_control (the floor), with callback and coroutine callers,
+# instructions and locked instructions per pair attributed to queue publication, waiter
+# completion, continuation scheduling, the limiter's callbacks, kevlar's engine and Asio's floor.
+# The method and the function-to-phase mapping are in tools/handoff-profile.py; the table and how
+# to read it in docs/semaphore.md.
 #
 #   tools/handoff-profile.sh [--build] [--pairs N] [--cells a,b] [--callers a,b] [--explain]
 #                            [--check] [profile-build-dir]
