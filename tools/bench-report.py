@@ -60,6 +60,9 @@ CONTROLS = [
     (r"BM_Partitioned/existing_key(?:_shared)?/real_time/(threads:\d+)",
      r"BM_Partitioned/control_map_lookup/real_time/\1"),
     (r"BM_Partitioned/new_key_with_eviction", "BM_Partitioned/control_map_lookup/real_time/threads:1"),
+    # A cold key with a factory that builds its shield, against the creation path with a prebuilt
+    # one: the ratio is what building the shield adds.
+    (r"BM_Partitioned/new_key_built_shield", "BM_Partitioned/new_key_with_eviction"),
     # BM_Pipeline/raw is a second raw loop: its ratio to raw_sync shows the run's own noise.
     (r"BM_Pipeline/.*_async", RAW_ASYNC),
     (r"BM_Pipeline/.*", RAW_SYNC),
