@@ -350,8 +350,7 @@ class Shield {
       return initiate<Sig>(FactoryAttempt<F>{std::move(factory), {}}, std::forward<Token>(token));
     } else {  // an empty shield's call needs the shield's clock and name for its context
       // (an execution's attempts have its context, and its lease keeps the pipeline)
-      return initiate<Sig>(FactoryAttempt<F>{std::move(factory),
-                                             p_ == nullptr || p_->bypasses_engine ? p_ : nullptr},
+      return initiate<Sig>(FactoryAttempt<F>{std::move(factory), bypasses_engine() ? p_ : nullptr},
                            std::forward<Token>(token));
     }
   }
@@ -362,8 +361,8 @@ class Shield {
   /// has no strategy and nothing to observe, the factory's awaitable is returned as it is.
   template <AwaitableFactory F>
   auto execute_async(F factory) const -> detail::FactoryResult<F> {
-    if constexpr (std::invocable<F&>) {  // a nullary factory
-      if (p_ == nullptr || p_->bypasses_engine) return factory();  // no strategy, no observer
+    if constexpr (std::invocable<F&>) {         // a nullary factory
+      if (bypasses_engine()) return factory();  // no strategy, no observer
     }
     // use_awaitable, not deferred: Boost 1.81 cannot co_await a deferred operation whose
     // signature is void(std::exception_ptr, T). The awaitable keeps the initiation's arguments,
@@ -374,6 +373,12 @@ class Shield {
   }
 
  private:
+  /// No strategy and nothing to observe (Pipeline::bypasses_engine): calls go straight to the
+  /// user's function or operation.
+  [[nodiscard]] bool bypasses_engine() const noexcept {
+    return p_ == nullptr || p_->bypasses_engine;
+  }
+
   template <class F>
   struct FactoryAttempt {
     struct NoOwner {};
@@ -425,7 +430,7 @@ class Shield {
   /// observe calls `fn` here.
   template <class Fn, class... Stop>
   detail::SyncValue<Fn> execute_with(Fn& fn, Stop&&... stop) const {
-    if (p_ == nullptr || p_->bypasses_engine) {
+    if (bypasses_engine()) {
       if ((stop.stop_requested() || ...)) throw Error(boost::asio::error::operation_aborted);
       if constexpr (std::invocable<Fn&, Context&>) {
         Context ctx(clock(), p_ != nullptr ? p_->view.name : nullptr, true,
@@ -497,8 +502,7 @@ class Shield {
           detail::AsyncCall<Handler, A, Sig>::start(std::move(lease), pipeline.view,
                                                     std::move(handler), std::move(a));
         },
-        token, p_ == nullptr || p_->bypasses_engine ? detail::Lease() : detail::Lease(*p_),
-        std::move(attempt));
+        token, bypasses_engine() ? detail::Lease() : detail::Lease(*p_), std::move(attempt));
   }
 
   [[nodiscard]] const detail::PipelineView& view() const noexcept;
