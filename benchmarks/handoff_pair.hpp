@@ -8,11 +8,12 @@
 // before the first), `void measuring()` once, when the warm-up pairs are done.
 #pragma once
 
+#include "pass_through.hpp"
+
 #include <handoff_ops.hpp>
 
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/shield.hpp>
-#include <kevlar/strategy.hpp>
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -27,7 +28,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -236,16 +236,9 @@ PairRun run_pairs(Loop& loop, const kevlar::Shield& shield, const Strategy& limi
   return d.result;
 }
 
-/// A strategy that only lets the call through: shield_control's one layer.
-class PassThroughLayer final : public kevlar::Strategy {
- public:
-  [[nodiscard]] std::string describe() const override { return "PassThrough"; }
-  kevlar::Step on_start(kevlar::Layer&) override { return kevlar::Step::run_inner; }
-};
-
 /// shield_control's shield: one layer that does nothing, where the other cells have their limiter.
 inline kevlar::Shield pair_shield_control() {
-  return kevlar::Shield{}.use(std::make_shared<PassThroughLayer>());
+  return kevlar::Shield{}.use(std::make_shared<PassThrough>());
 }
 
 /// kevlar's limiter in the pair's shape: limit 1, queue 1.

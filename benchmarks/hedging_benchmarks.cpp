@@ -4,6 +4,7 @@
 // launched with it, wins (delay 0: no deadline). BM_Hedging/one_layer_control is the same loop
 // through one pass-through strategy (BM_Overhead/one_layer_async's shape), in the same binary.
 #include "bench_support.hpp"
+#include "pass_through.hpp"
 
 #include <kevlar/hedging.hpp>
 #include <kevlar/timeout.hpp>
@@ -16,11 +17,7 @@ namespace {
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
-class PassThrough final : public kevlar::Strategy {
- public:
-  std::string describe() const override { return "PassThrough"; }
-  kevlar::Step on_start(kevlar::Layer&) override { return kevlar::Step::run_inner; }
-};
+using kevlar::bench::PassThrough;
 
 /// bench::async_work, failing the first attempt of each execution (its number comes from the
 /// attempt's context).

@@ -1,5 +1,6 @@
 // BM_Overhead: what an empty shield (and a one-strategy pipeline) adds to a call.
 #include "bench_support.hpp"
+#include "pass_through.hpp"
 
 #include <kevlar/kevlar.hpp>
 
@@ -21,11 +22,7 @@ namespace asio = boost::asio;
 using kevlar::bench::async_work;
 using kevlar::bench::work;
 
-class PassThrough final : public kevlar::Strategy {
- public:
-  std::string describe() const override { return "PassThrough"; }
-  kevlar::Step on_start(kevlar::Layer&) override { return kevlar::Step::run_inner; }
-};
+using kevlar::bench::PassThrough;
 
 const kevlar::Shield& empty_shield() {
   static const kevlar::Shield s;

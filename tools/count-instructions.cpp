@@ -43,7 +43,7 @@
 
 namespace {
 
-using PassThrough = kevlar::bench::PassThroughLayer;
+using kevlar::bench::PassThrough;
 
 /// The rate limit's control: a pass-through layer that reads the shield's clock and does one CAS
 /// on a shared word, what the limiter's admission adds to a layer.

@@ -112,7 +112,7 @@ RULES = [
     ("engine", r"^kevlar::(?!bench::|testing::|detail::IntrusiveList::)", None, None),
     # shield_control's one layer: the callbacks of its strategy, where the other cells have their
     # limiter's.
-    ("limiter", r"^kevlar::bench::PassThroughLayer::", None, None),
+    ("limiter", r"^kevlar::bench::PassThrough::", None, None),
     # The harness and the pair's operations.
     ("floor", r"^kevlar::(bench|testing)::", None, None),
     ("floor", r"^(main|\(anonymous namespace\)::)", None, None),
