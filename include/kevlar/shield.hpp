@@ -100,6 +100,19 @@ struct FactoryResultOf<F> {
 };
 template <class F>
 using FactoryResult = typename FactoryResultOf<F>::type;
+
+/// The completion signature of an execution whose factory's coroutine returns `T`:
+/// `void(std::exception_ptr, T)`, or `void(std::exception_ptr)` for `void`. (A specialisation,
+/// not a std::conditional_t: both of its branches would be formed, and `void(exception_ptr,
+/// void)` is not a type.)
+template <class T>
+struct FactorySignature {
+  using type = void(std::exception_ptr, T);
+};
+template <>
+struct FactorySignature<void> {
+  using type = void(std::exception_ptr);
+};
 }  // namespace detail
 
 /// A callable returning `asio::awaitable<T>`, called once per attempt: `factory(Context&)`, given
@@ -344,8 +357,7 @@ class Shield {
   auto execute_async(F factory, Token&& token) const {
     using Aw = detail::FactoryResult<F>;
     using T = typename detail::IsAwaitable<Aw>::value_type;
-    using Sig = std::conditional_t<std::is_void_v<T>, void(std::exception_ptr),
-                                   void(std::exception_ptr, T)>;
+    using Sig = typename detail::FactorySignature<T>::type;
     if constexpr (std::invocable<F&>) {
       return initiate<Sig>(FactoryAttempt<F>{std::move(factory), {}}, std::forward<Token>(token));
     } else {  // an empty shield's call needs the shield's clock and name for its context
