@@ -11,6 +11,7 @@
 // semaphore is a template).
 #pragma once
 
+#include <kevlar/clock.hpp>
 #include <kevlar/detail/ledger_word.hpp>
 #include <kevlar/detail/spin_lock.hpp>
 #include <kevlar/detail/wait_queue.hpp>
@@ -265,6 +266,27 @@ class BasicUnpairedSemaphore {
   /// `operation_aborted`. A request that loses the race with a grant changes nothing: the caller
   /// owns the permit it was given.
   [[nodiscard]] boost::system::error_code acquire_or_error(std::stop_token stop = {});
+
+  /// Blocking acquire that gives up at `deadline`, read on `clock` (a synchronous execution's
+  /// queue wait under a timeout: the context's deadline). Returns no error once the caller owns a
+  /// permit; `kevlar::errc::timeout` if the deadline passes first (the caller leaves the queue as
+  /// a cancelled waiter does: it consumes nothing and the others keep their order);
+  /// `operation_aborted` if `stop` is requested first; `kevlar::errc::closed`; or the ledger's
+  /// rejection code. A deadline that has passed already still takes a permit that is free at once
+  /// (as try_acquire() does) but never queues: it is `errc::timeout` (or `errc::closed`) then.
+  ///
+  /// The clock decides when the deadline has passed: with a ManualClock the caller waits until a
+  /// test advances it (ManualClock::sleepers() counts it), with the steady clock until the time
+  /// comes. As with `stop`, a deadline that loses the race with a grant changes nothing: the
+  /// caller owns the permit it was given, and decides itself whether it is still in time.
+  ///
+  /// Allocation: when it must queue, one shared stop state (std::stop_source) that wakes the
+  /// sleeping thread, allocated before the ledger or the queue change (`std::bad_alloc` leaves
+  /// both as they were). Do not call it on a thread whose executor must run to release a permit.
+  /// Thread-safe.
+  [[nodiscard]] boost::system::error_code acquire_until(const Clock& clock,
+                                                        Clock::time_point deadline,
+                                                        std::stop_token stop = {});
 
   /// T7: refuses every later acquire (they complete with kevlar::errc::closed) and completes every
   /// queued waiter exactly once with kevlar::errc::closed, on its own executor, never inline.

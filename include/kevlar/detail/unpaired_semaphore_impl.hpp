@@ -212,6 +212,57 @@ class BlockingWaiter final : public WaitNode {
   bool done_ = false;
 };
 
+/// A waiter of acquire_until(): like BlockingWaiter, and its completion also wakes the thread
+/// sleeping on the clock (Clock::sleep_until) through a stop request, so that the wait ends at
+/// the first of a completion, the deadline and the caller's stop.
+class ClockBlockingWaiter final : public WaitNode {
+ public:
+  ClockBlockingWaiter() : WaitNode(&ClockBlockingWaiter::on_complete) {}
+
+  /// The token the sleeping thread waits on: requested by the completion (and by the caller's
+  /// stop, which the waiter links to it).
+  [[nodiscard]] std::stop_token wake_token() const noexcept { return wake_.get_token(); }
+  /// Forwards a stop request of the caller's to the sleeping thread.
+  void wake() noexcept { wake_.request_stop(); }
+  [[nodiscard]] bool done() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+  /// Blocks until the completion has run and returns its result.
+  boost::system::error_code wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return done_; });
+    return ec_;
+  }
+
+ private:
+  static void on_complete(WaitNode* node, boost::system::error_code ec) noexcept {
+    auto* self = static_cast<ClockBlockingWaiter*>(node);
+    // A copy of the stop state first: once done_ is set the waiting thread may return and destroy
+    // this node, but the copy keeps the state the sleeper waits on alive for the request below.
+    std::stop_source wake = self->wake_;
+    {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      self->ec_ = ec;
+      self->done_ = true;
+      self->cv_.notify_one();
+    }
+    wake.request_stop();
+  }
+
+  std::stop_source wake_;  // const members only, shared with the waking threads
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  boost::system::error_code ec_;
+  bool done_ = false;
+};
+
+/// The caller's stop callback of acquire_until(): wakes the sleeping thread.
+struct StopForwarder {
+  ClockBlockingWaiter* waiter;
+  void operator()() const noexcept { waiter->wake(); }
+};
+
 }  // namespace detail
 
 // ---- BasicUnpairedSemaphore ---------------------------------------------------------------------
@@ -287,6 +338,51 @@ boost::system::error_code BasicUnpairedSemaphore<L>::acquire_or_error(std::stop_
   // Declared after the waiter: its destructor waits for a callback running on another thread,
   // so the waiter outlives every use the callback makes of it.
   std::stop_callback on_stop(stop, [this, &waiter]() noexcept { cancel_wait(&waiter); });
+  return waiter.wait();
+}
+
+template <Ledger L>
+boost::system::error_code BasicUnpairedSemaphore<L>::acquire_until(const Clock& clock,
+                                                                   Clock::time_point deadline,
+                                                                   std::stop_token stop) {
+  if (stop.stop_requested()) return boost::asio::error::operation_aborted;
+  if (ledger_.try_acquire()) return {};
+  if (clock.now() >= deadline) {  // too late to queue
+    return make_error_code(ledger_.snapshot().closed ? errc::closed : errc::timeout);
+  }
+  detail::ClockBlockingWaiter waiter;  // allocates its stop state: before the ledger changes
+  {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    switch (ledger_.admit_locked()) {
+      case Admission::granted:
+        return {};
+      case Admission::closed:
+        return make_error_code(errc::closed);
+      case Admission::rejected:
+        return L::rejection();
+      case Admission::queued:
+        queue_.push_back(&waiter);
+        waiter.set_state(detail::WaitState::linked);
+        break;
+    }
+  }
+  // Declared after the waiter: its destructor waits for a callback running on another thread.
+  std::optional<std::stop_callback<detail::StopForwarder>> on_stop;
+  if (stop.stop_possible()) on_stop.emplace(stop, detail::StopForwarder{&waiter});
+  const std::stop_token wake = waiter.wake_token();
+  while (!waiter.done()) {
+    const bool reached = clock.sleep_until(deadline, wake);
+    if (waiter.done()) break;
+    if (!reached && !stop.stop_requested()) continue;  // woken by nothing it waits for
+    // The deadline passed, or the caller stopped: leave the queue unless a grant (or close)
+    // took the waiter out first, in which case its completion is running or has run.
+    cancel_wait(&waiter);
+    const boost::system::error_code ec = waiter.wait();
+    if (ec == boost::asio::error::operation_aborted && !stop.stop_requested()) {
+      return make_error_code(errc::timeout);
+    }
+    return ec;
+  }
   return waiter.wait();
 }
 
