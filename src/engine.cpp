@@ -220,6 +220,16 @@ Step CallBase::sync_wait(std::size_t index, Step step) {
                      : boost::system::error_code());
 }
 
+bool CallBase::sync_declines_attempt() noexcept {
+  const Clock::time_point deadline = context_->deadline_;
+  if (deadline == Clock::time_point::max() || context_->clock().now() < deadline) {
+    count_attempt();
+    return false;
+  }
+  outcome_.set_error(boost::asio::error::operation_aborted);
+  return true;
+}
+
 // ---- the asynchronous shell ---------------------------------------------------------------------
 
 KEVLAR_DETAIL_ALWAYS_INLINE inline void CallBase::perform(EngineAction action) {

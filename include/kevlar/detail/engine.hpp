@@ -650,6 +650,13 @@ class CallBase : private ClockWaiter {
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   /// A synchronous attempt starts: Context::attempt() counts it.
   void count_attempt() noexcept { ++context_->attempt_; }
+  /// A synchronous attempt is about to start in a later round of a layer (a repeater's, or after
+  /// a wait: time has moved since the deadline was set): true if an enclosing deadline
+  /// (Context::deadline) has passed, in which case the outcome is already `operation_aborted`
+  /// (the attempt never starts, and is not counted), as the asynchronous machine declines an
+  /// attempt past its deadline; otherwise counts the attempt and returns false. The first round
+  /// needs no check: the waits before it (the limiters' queues) end at the deadline themselves.
+  [[gnu::noinline]] bool sync_declines_attempt() noexcept;
 
   OutcomeState outcome_;
   AsyncSteps* async_ = nullptr;  ///< set by asynchronous executions

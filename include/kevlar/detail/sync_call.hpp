@@ -101,10 +101,12 @@ class SyncCall final : public CallBase {
   /// A synchronous execution sees a subset of the machine's transitions (CallBase::advance): its
   /// operation and its waits complete before the shell goes on, no step is ever pending, no layer
   /// runs attempts (Layer::start_attempt refuses), and no deadline check falls between a wait and
-  /// the next attempt (a wait that reaches the deadline reports itself aborted). The shell walks
-  /// that subset with each layer in a C++ frame of its own, so the depth lives on the stack and the
-  /// compiler keeps it in a register: driving it through advance() was measured at 245
-  /// instructions for one pass-through layer against 185 with this walk
+  /// the next attempt (a wait that reaches the deadline reports itself aborted); an attempt in a
+  /// layer's later round is declined once an enclosing deadline has passed (walk_layer's
+  /// `Again`).
+  /// The shell walks that subset with each layer in a C++ frame of its own, so the depth lives on
+  /// the stack and the compiler keeps it in a register: driving it through advance() was measured
+  /// at 245 instructions for one pass-through layer against 185 with this walk
   /// (tools/count-instructions.sh, pass_through, when the machine was split out). Compiled here
   /// for the call's type, the walk calls the user's function directly, not through the virtual
   /// invoke_operation(), and in an optimised build its outermost layer inlines into the caller
@@ -184,40 +186,70 @@ class SyncCall final : public CallBase {
   /// call then saves two more registers). Each inlined level is one more copy of the dispatchers
   /// per call type. An unoptimised build inlines none of this (KEVLAR_DETAIL_ALWAYS_INLINE): each
   /// level is a function of its own there.
-  template <int Inlined>
+  ///
+  /// `Again`: this walk runs the layers again after an earlier pass (a repeater's next round, or a
+  /// round after a wait), so time has moved since any deadline was set: its attempt first asks
+  /// whether an enclosing deadline has passed (sync_declines_attempt). The first pass, the common
+  /// case, pays nothing for that rule: a layer's later rounds go through the separate, out-of-line
+  /// run_layer<true>.
+  template <int Inlined, bool Again = false>
   KEVLAR_DETAIL_ALWAYS_INLINE void walk_layer(std::size_t index) {
     Layer layer(*this, index);  // one per layer, handed to each of its callbacks
     Step step = dispatch_start(layer, index);
-    for (;;) {
-      if (step == Step::run_inner) {  // the machine's next layer, or its start_operation
-        if (index + 1 < pipeline().size) {
-          if constexpr (Inlined > 0) {
-            walk_layer<Inlined - 1>(index + 1);
-          } else {
-            run_layer(index + 1);
-          }
-        } else {
-          run_attempt();
-        }
+    if (step == Step::run_inner) [[likely]] {  // the machine's next layer, or its start_operation
+      run_inner_part<Inlined, Again>(index);
+      step = dispatch_inner_complete(layer, index);
+    }
+    while (step != Step::complete) {  // the outer layer's inner_complete, or deliver, once complete
+      if (step == Step::run_inner) {  // another round (a repeater, or after a wait)
+        run_inner_part<0, true>(index);
         step = dispatch_inner_complete(layer, index);
-      } else if (step == Step::complete) {  // the outer layer's inner_complete, or deliver
-        finish_layer(layer, index);
-        return;
       } else {
         step = sync_wait(index, step);
       }
     }
+    finish_layer(layer, index);
   }
-  /// The layers from `index` on: two levels inline, the deeper ones through this function again.
-  [[gnu::noinline]] void run_layer(std::size_t index) { walk_layer<1>(index); }
+  /// What runs inside layer `index`: the next layer, or the user's function.
+  template <int Inlined, bool Again>
+  KEVLAR_DETAIL_ALWAYS_INLINE void run_inner_part(std::size_t index) {
+    if (index + 1 < pipeline().size) {
+      if constexpr (Inlined > 0) {
+        walk_layer<Inlined - 1, Again>(index + 1);
+      } else {
+        run_layer<Again>(index + 1);
+      }
+    } else {
+      run_attempt<Again>();
+    }
+  }
+  /// The layers from `index` on: two levels inline (a later round: none), the deeper ones
+  /// through this function again.
+  template <bool Again = false>
+  [[gnu::noinline]] void run_layer(std::size_t index) {
+    if constexpr (Again) {
+      walk_layer<0, true>(index);
+    } else {
+      walk_layer<1, false>(index);
+    }
+  }
 
-  /// The user's function, once.
+  /// The user's function, once; in a later round (`Again`), unless an enclosing deadline has
+  /// passed since the deadline was set (the outcome is then `operation_aborted`).
+  template <bool Again = false>
   KEVLAR_DETAIL_ALWAYS_INLINE void run_attempt() {
-    count_attempt();
-    SyncCall::invoke_operation();  // stores the outcome, the exception included
+    if constexpr (Again) {
+      if (sync_declines_attempt()) return;  // counts the attempt when it may start
+      SyncCall::invoke_operation();         // a later round: a call is no cost worth saving
+    } else {
+      count_attempt();
+      invoke_inline();  // stores the outcome, the exception included
+    }
   }
 
-  void invoke_operation() override {
+  void invoke_operation() override { invoke_inline(); }
+  /// Calls the user's function and stores its outcome: inlined into the walk's first round.
+  KEVLAR_DETAIL_ALWAYS_INLINE void invoke_inline() {
     try {
       if constexpr (std::is_void_v<R>) {
         invoke_sync(fn_, context());

@@ -1,6 +1,8 @@
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/detail/rejection_hooks.hpp>
 
+#include <boost/asio/error.hpp>
+
 #include <new>
 #include <sstream>
 #include <stdexcept>
@@ -67,22 +69,40 @@ Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
     }
     return reject(layer);
   }
-  if (layer.synchronous()) {
-    // Blocks in the same FIFO; the caller's stop token takes it out of the queue.
-    const boost::system::error_code ec = semaphore_.acquire_or_error(layer.context().stop_token());
-    if (ec == errc::concurrency_limit_exceeded) return reject(layer);
-    if (ec) {
-      layer.outcome().set_error(ec);
-      return Step::complete;
-    }
-    f.phase = Phase::holding;
-    if (layer.wants<LimiterStateChanged>()) emit_state(layer);
-    return Step::run_inner;
-  }
+  if (layer.synchronous()) return wait_synchronously(layer, f);
   // On an io_context the wait lives in the execution: parking allocates nothing. A decision the
   // semaphore makes at once under its lock comes back through wait_complete without a hop.
   layer.wait_in_queue(semaphore_);
   return Step::suspend;  // the queue owns the execution until the grant (or its abort)
+}
+
+Step ConcurrencyLimitStrategy::wait_synchronously(Layer& layer, Frame& f) {
+  // Blocks in the same FIFO until the grant, the caller's stop or the context's deadline (an
+  // outer timeout's budget), whichever comes first.
+  const Context& ctx = layer.context();
+  const Clock::time_point deadline = ctx.deadline();
+  boost::system::error_code ec;
+  if (deadline == Clock::time_point::max()) {
+    ec = semaphore_.acquire_or_error(ctx.stop_token());
+  } else {
+    ec = semaphore_.acquire_until(layer.clock(), deadline, ctx.stop_token());
+    if (!ec && layer.clock().now() >= deadline) {
+      // Granted as the deadline passed: too late to run. The permit goes to the next waiter.
+      semaphore_.release();
+      ec = boost::asio::error::operation_aborted;
+    }
+    // The deadline ended the wait: a cancellation, as an outer timeout's expiry makes it in an
+    // asynchronous execution (the timeout reports it as errc::timeout).
+    if (ec == errc::timeout) ec = boost::asio::error::operation_aborted;
+  }
+  if (ec == errc::concurrency_limit_exceeded) return reject(layer);
+  if (ec) {
+    layer.outcome().set_error(ec);
+    return Step::complete;
+  }
+  f.phase = Phase::holding;
+  if (layer.wants<LimiterStateChanged>()) emit_state(layer);
+  return Step::run_inner;
 }
 
 Step ConcurrencyLimitStrategy::wait_complete(Layer& layer, Frame& f,

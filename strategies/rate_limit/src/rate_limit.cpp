@@ -246,11 +246,20 @@ Step RateLimitStrategy::take_turn(Layer& layer, Frame& f) {
     return at_head(layer, f);
   }
   if (layer.synchronous()) {
-    // Blocks in the same FIFO; the caller's stop token takes it out of the queue.
-    const boost::system::error_code ec = turn_.acquire_or_error(layer.context().stop_token());
+    // Blocks in the same FIFO until the turn, the caller's stop or the context's deadline (an
+    // outer timeout's budget); at_head then checks the deadline again before anything runs.
+    const Context& ctx = layer.context();
+    const Clock::time_point deadline = ctx.deadline();
+    boost::system::error_code ec = deadline == Clock::time_point::max()
+                                       ? turn_.acquire_or_error(ctx.stop_token())
+                                       : turn_.acquire_until(layer.clock(), deadline,
+                                                             ctx.stop_token());
     if (ec) {
       leave_queue(f);
-      layer.outcome().set_error(ec);
+      // The deadline ended the wait: a cancellation, as an outer timeout's expiry makes it.
+      layer.outcome().set_error(ec == errc::timeout
+                                    ? boost::system::error_code(boost::asio::error::operation_aborted)
+                                    : ec);
       return Step::complete;
     }
     f.phase = Phase::head;

@@ -179,7 +179,11 @@ struct LimiterFrame {
 /// it leaves the queue (its place is freed exactly once), never runs, and completes with
 /// `operation_aborted` — a cancellation, not a rejection (no hooks). A cancellation racing the
 /// grant resolves once either way: if the grant won, the call runs. A synchronous execute queued
-/// here blocks its thread in the same FIFO until it gets a permit or the limiter is closed.
+/// here blocks its thread in the same FIFO until it gets a permit, its stop token is requested,
+/// the context's deadline (an outer timeout's budget) passes, or the limiter is closed; the stop
+/// and the deadline leave the queue as a cancellation does (`operation_aborted`, which the
+/// timeout reports as `errc::timeout`), and a grant that arrives as the deadline passes is handed
+/// on to the next waiter: the call never runs past its deadline.
 ///
 /// close() fails queued callers with `errc::closed` and refuses new ones; permits held keep
 /// working. Destroying the limiter closes it. An executor destroyed with a grant in flight returns
@@ -223,6 +227,9 @@ class ConcurrencyLimitStrategy final
 
  private:
   Step reject(Layer& layer);
+  /// A synchronous execution's queue wait (start): blocks until the grant, the caller's stop or
+  /// the context's deadline.
+  [[gnu::noinline]] Step wait_synchronously(Layer& layer, Frame& f);
   void emit_state(Layer& layer) const noexcept;
   ConcurrencyLimitOptions options_;
   BasicUnpairedSemaphore<LimiterLedger> semaphore_;

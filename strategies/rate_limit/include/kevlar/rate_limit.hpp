@@ -246,9 +246,10 @@ struct RateLimitFrame {
 /// way to it: it gives its reservation back (every later call becomes due one interval earlier),
 /// never runs, and completes with `operation_aborted` — a cancellation, not a rejection (no
 /// hooks). An outer timeout's expiry ends the wait the same way. A synchronous execute waits in the
-/// same queue, blocking its thread: its stop token takes it out at any point; an outer timeout's
-/// deadline ends its wait for its due time, and a call still waiting for its turn at the deadline
-/// leaves, without running, when the turn reaches it. A permit taken is never given back (the call
+/// same queue, blocking its thread: its stop token takes it out at any point, and so does the
+/// context's deadline (an outer timeout's budget), whether it waits for its turn or for its due
+/// time; it leaves as a cancellation (`operation_aborted`, which the timeout reports as
+/// `errc::timeout`) and never runs past the deadline. A permit taken is never given back (the call
 /// has been admitted).
 ///
 /// One instance is one schedule, in the time of the shields' clock: every shield containing it
