@@ -102,8 +102,33 @@ RateLimitLedger::RateLimitLedger(Clock::duration emission_interval, std::uint32_
   tolerance_ = static_cast<rep>(burst - 1) * interval_;
 }
 
+RateLimitLedger::Decision RateLimitLedger::acquire_contended(const Clock& clock) noexcept {
+  rep tat = tat_.load(std::memory_order_acquire);
+  for (;;) {
+    const rep now = clock.now().time_since_epoch().count();  // after the load
+    const rep lead = ahead(tat, now);
+    if (lead > tolerance_) return {Decision::Kind::rejected, Clock::duration(lead - tolerance_)};
+    const rep next = (tat > now ? tat : now) + interval_;
+    if (tat_.compare_exchange_weak(tat, next, std::memory_order_release,
+                                   std::memory_order_acquire)) {
+      return {};
+    }
+  }
+}
+
 RateLimitLedger::Decision RateLimitLedger::acquire_queued(rep now) noexcept {
   const std::lock_guard lock(mutex_);
+  return admit_locked(now);
+}
+
+RateLimitLedger::Decision RateLimitLedger::acquire_queued(const Clock& clock) noexcept {
+  const std::lock_guard lock(mutex_);
+  // Read under the mutex, which serialises every change of the schedule in queue mode: the
+  // reading is never older than the state it is compared with.
+  return admit_locked(clock.now().time_since_epoch().count());
+}
+
+RateLimitLedger::Decision RateLimitLedger::admit_locked(rep now) noexcept {
   const rep tat = tat_.load(std::memory_order_relaxed);
   const rep lead = ahead(tat, now);
   const rep next = (tat > now ? tat : now) + interval_;
@@ -164,7 +189,8 @@ void RateLimitLedger::hold_for(Clock::time_point now, Clock::duration hold) noex
   if (queue_limit_ == 0) {
     const rep t = target(0);
     rep tat = tat_.load(std::memory_order_relaxed);
-    while (tat < t && !tat_.compare_exchange_weak(tat, t, std::memory_order_relaxed,
+    // Release, as an admission's write (acquire_unqueued reads the clock after its load).
+    while (tat < t && !tat_.compare_exchange_weak(tat, t, std::memory_order_release,
                                                   std::memory_order_relaxed)) {
     }
     return;
@@ -222,7 +248,7 @@ StrategyTraits RateLimitStrategy::strategy_traits() const noexcept {
 }
 
 Step RateLimitStrategy::start(Layer& layer, Frame& f) {
-  const RateLimitLedger::Decision d = ledger_.acquire(layer.clock().now());
+  const RateLimitLedger::Decision d = ledger_.acquire(layer.clock());
   if (d.kind == Kind::admitted) [[likely]] {
     return Step::run_inner;
   }

@@ -87,8 +87,32 @@ class RateLimitLedger {
   RateLimitLedger(const RateLimitLedger&) = delete;
   RateLimitLedger& operator=(const RateLimitLedger&) = delete;
 
-  /// Takes a permit at `now`, reserves one (queue mode), or rejects with a retry-after. Lock-free
-  /// without a queue; under the ledger's mutex with one. Never allocates, never throws.
+  /// Takes a permit, reserves one (queue mode), or rejects with a retry-after, at the time
+  /// `clock` reads: what RateLimitStrategy calls. No call is rejected, nor given a retry-after, on
+  /// a reading older than the schedule it is compared with: without a queue, a rejection reads
+  /// the clock again after its last load of the schedule (a call whose first reading predates a
+  /// concurrent admission, or that lost a compare-exchange to one, is judged at the time it is
+  /// judged); with a queue, the clock is read under the ledger's mutex. So a rejection's
+  /// retry-after is at most one emission interval past the last admission (without a hold).
+  /// Lock-free without a queue; under the ledger's mutex with one. Never allocates, never throws.
+  Decision acquire(const Clock& clock) noexcept {
+    if (queue_limit_ != 0) return acquire_queued(clock);
+    // The uncontended admission: one reading, one load, one compare-exchange. An admission may be
+    // decided on a reading taken before the load (an older reading only makes the lead look
+    // longer, and the admission counts from it); anything else goes to acquire_contended, which
+    // reads the clock again after each load.
+    const rep now = clock.now().time_since_epoch().count();
+    rep tat = tat_.load(std::memory_order_acquire);
+    if (ahead(tat, now) <= tolerance_) [[likely]] {
+      if (tat_.compare_exchange_strong(tat, (tat > now ? tat : now) + interval_,
+                                       std::memory_order_release, std::memory_order_relaxed)) {
+        return {};
+      }
+    }
+    return acquire_contended(clock);
+  }
+  /// acquire(clock) at a fixed time `now` (every reading of the clock answers `now`): for tests
+  /// and callers that drive the ledger with times of their own.
   Decision acquire(Clock::time_point now) noexcept {
     if (queue_limit_ == 0) return acquire_unqueued(now.time_since_epoch().count());
     return acquire_queued(now.time_since_epoch().count());
@@ -143,19 +167,29 @@ class RateLimitLedger {
   /// far behind).
   static rep ahead(rep tat, rep now) noexcept { return tat <= now ? 0 : tat - now; }
 
+  /// The lock-free GCRA step at a fixed time.
   Decision acquire_unqueued(rep now) noexcept {
-    rep tat = tat_.load(std::memory_order_relaxed);
+    rep tat = tat_.load(std::memory_order_acquire);
     for (;;) {
       const rep lead = ahead(tat, now);
       if (lead > tolerance_) return {Decision::Kind::rejected, Clock::duration(lead - tolerance_)};
       const rep next = (tat > now ? tat : now) + interval_;
-      if (tat_.compare_exchange_weak(tat, next, std::memory_order_relaxed,
-                                     std::memory_order_relaxed)) {
+      if (tat_.compare_exchange_weak(tat, next, std::memory_order_release,
+                                     std::memory_order_acquire)) {
         return {};
       }
     }
   }
-  Decision acquire_queued(rep now) noexcept;
+  /// The lock-free GCRA step at the time `clock` reads, each reading taken after the load of the
+  /// schedule it is compared with (acquire ordering; an admission's write is a release): what
+  /// acquire(clock) falls back to when its first reading would not admit, or its compare-exchange
+  /// lost to another admission.
+  [[gnu::noinline]] Decision acquire_contended(const Clock& clock) noexcept;
+  /// Queue mode, at a fixed time / at the time `clock` reads under the mutex.
+  [[gnu::noinline]] Decision acquire_queued(rep now) noexcept;
+  [[gnu::noinline]] Decision acquire_queued(const Clock& clock) noexcept;
+  /// Queue mode, under the mutex: the decision at `now`.
+  Decision admit_locked(rep now) noexcept;
   [[nodiscard]] std::uint32_t available(rep tat, rep now) const noexcept;
 
   alignas(64) std::atomic<rep> tat_{never};
