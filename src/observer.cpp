@@ -2,6 +2,7 @@
 // kevlar adds to an observed shield (AttemptStarted).
 #include <kevlar/detail/engine.hpp>
 #include <kevlar/detail/observer_layer.hpp>
+#include <kevlar/diagnostics.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/strategy.hpp>
 
@@ -22,6 +23,22 @@ const char* to_string(RejectionKind kind) noexcept {
       return "concurrency_limit";
   }
   return "unknown";
+}
+
+std::optional<RejectionKind> rejection_kind(const boost::system::error_code& ec) noexcept {
+  if (ec.category() != error_category()) return std::nullopt;
+  switch (static_cast<errc>(ec.value())) {
+    case errc::circuit_open:
+      return RejectionKind::circuit_open;
+    case errc::isolated:
+      return RejectionKind::isolated;
+    case errc::rate_limited:
+      return RejectionKind::rate_limit;
+    case errc::concurrency_limit_exceeded:
+      return RejectionKind::concurrency_limit;
+    default:
+      return std::nullopt;
+  }
 }
 
 const char* to_string(ChaosKind kind) noexcept {

@@ -6,6 +6,7 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/diagnostics.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/fallback.hpp>
 #include <kevlar/hedging.hpp>

@@ -1,6 +1,7 @@
 // kevlar::http::async_exchange and standard_shield against a real Beast server on 127.0.0.1 (port
 // 0): retried statuses, Retry-After in both forms on the manual clock, a server that never
 // answers, a malformed Retry-After, the breaker opening.
+#include <kevlar/diagnostics.hpp>
 #include <kevlar/http.hpp>
 #include <kevlar/kevlar.hpp>
 
@@ -487,6 +488,27 @@ TEST_F(RetryAfterHolds, OnlyA429OrA503HoldsTheRateLimitAndTheRetrysMaximumDelayC
   EXPECT_FALSE(call(shield, server)) << "a 500's Retry-After holds nothing";
   EXPECT_EQ(response.result_int(), 503U);
   expect_open_for(shield, server, 4s, errc::rate_limited);
+}
+
+// The breaker's rejection after a 503 with Retry-After: 10 reaches the caller of async_exchange,
+// whose completion void(error_code, response) has no room for it, through with_diagnostics.
+TEST_F(RetryAfterHolds, AnExchangesRejectionCarriesItsRetryAfterToTheCaller) {
+  TestServer server({answer(503, "10"), answer(200)});
+  const Shield shield = shield_of(one_failure_breaks(options(), 2s));
+  EXPECT_FALSE(call(shield, server));
+  EXPECT_EQ(response.result_int(), 503U);
+  clock->advance(4s);
+  Diagnostics d;
+  std::optional<boost::system::error_code> got;
+  http::async_exchange<bhttp::string_body>(
+      shield, stream, server.endpoint(), request,
+      with_diagnostics(d, asio::bind_executor(
+                              ioc, [&](boost::system::error_code e, Response) { got = e; })));
+  ASSERT_TRUE(run_until([&] { return got.has_value(); }));
+  EXPECT_EQ(*got, errc::circuit_open);
+  EXPECT_EQ(d.rejection, RejectionKind::circuit_open);
+  EXPECT_EQ(d.retry_after, Clock::duration(6s)) << "the rest of the server's 10 s";
+  EXPECT_EQ(server.requests(), 1);
 }
 
 TEST_F(Exchange, AMalformedResponseFailsTheCallAtOnceAndClosesTheConnection) {

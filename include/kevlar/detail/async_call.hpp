@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kevlar/detail/block_cache.hpp>
+#include <kevlar/diagnostics.hpp>
 #include <kevlar/detail/engine.hpp>
 #include <kevlar/detail/lease.hpp>
 #include <kevlar/error.hpp>
@@ -465,6 +466,11 @@ class AsyncCall final : public CallBase {
   /// otherwise count the refusal as a failure). Posted, like every completion decided during the
   /// initiation; a handler without an executor runs on the system executor.
   static void refuse_without_executor(Handler handler) {
+    if constexpr (may_have_diagnostics<Handler>) {
+      if (Diagnostics* d = get_associated_diagnostics(handler)) {
+        write_diagnostics(*d, make_error_code(errc::executor_required), std::nullopt);
+      }
+    }
     ErrorType err = error_argument<ErrorType>(make_error_code(errc::executor_required));
     std::apply(
         [&](auto&&... v) {
@@ -510,6 +516,11 @@ class AsyncCall final : public CallBase {
     if (caller_slot_.is_connected()) caller_slot_.clear();
     Handler handler(std::move(handler_));
     ErrorType err = make_error();
+    if constexpr (may_have_diagnostics<Handler>) {
+      if (Diagnostics* d = get_associated_diagnostics(handler)) {
+        write_diagnostics(*d, code_of(err), outcome_.retry_after);
+      }
+    }
     Values values = values_.has_value() ? std::move(*values_) : Values{};
     const bool inside_initiation = tl_initiating_call == this;
     destroy();
@@ -523,6 +534,15 @@ class AsyncCall final : public CallBase {
           }
         },
         std::move(values));
+  }
+
+  /// The error code a completion's first argument carries (Diagnostics::error).
+  static boost::system::error_code code_of(const ErrorType& err) noexcept {
+    if constexpr (std::is_same_v<ErrorType, boost::system::error_code>) {
+      return err;
+    } else {
+      return error_of_exception(err);
+    }
   }
 
   ErrorType make_error() {
