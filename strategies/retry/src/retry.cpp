@@ -49,9 +49,6 @@ std::string format_factor(double f) {
   return out;
 }
 
-/// True if the caller (or a strategy outside `layer`) cancelled the execution: its cancellation
-/// slot or stop token, or a cooperative deadline set outside this layer that has passed.
-
 }  // namespace
 
 // ---- Backoff ------------------------------------------------------------------------------------
