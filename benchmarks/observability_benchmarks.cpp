@@ -60,7 +60,7 @@ void BM_Observability_clock_reads_control(benchmark::State& state) {
 class Noop final : public kevlar::Observer {
  public:
   void on_event(const kevlar::Event& e) override { benchmark::DoNotOptimize(&e); }
-  [[nodiscard]] kevlar::EventKinds interests() const noexcept override {
+  [[nodiscard]] kevlar::EventKinds interests() const override {
     return kevlar::event_kinds<kevlar::ExecutionFinished>();
   }
 };

@@ -1,7 +1,10 @@
+// The deadline queue of one (context, clock, duration): O(1) arm and disarm, one wake-up
+// underneath (the deadline thread for the steady clock, a clock timer otherwise).
+#include "deadline_thread.hpp"
+
+#include <kevlar/detail/asio_private.hpp>
 #include <kevlar/detail/deadline_queue.hpp>
 
-#include <boost/asio/detail/concurrency_hint.hpp>
-#include <boost/asio/detail/scheduler.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/io_context.hpp>
@@ -10,9 +13,6 @@
 #include <boost/asio/query.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
-
-#include <pthread.h>
-#include <signal.h>
 
 #include <algorithm>
 #include <array>
@@ -29,196 +29,13 @@
 
 namespace kevlar::detail {
 
-// ---- the deadline thread -----------------------------------------------------------------------
-
-namespace {
-
-/// The steady clock's reading (SteadyClock::now()) without Clock::steady(), a static object the
-/// deadline thread may outlive at exit.
-Clock::time_point steady_now() noexcept {
-  return std::chrono::time_point_cast<Clock::duration>(std::chrono::steady_clock::now());
-}
-
-/// Wakes the deadline queues of the steady clock at the times they ask for. One per process,
-/// started by the first request and never destroyed (a queue may ask for, or cancel, a wake-up
-/// from a static object's destructor): at exit it sleeps in its wait, holding nothing.
-///
-/// A request lives here until the thread takes it; a queue has at most one. The thread sleeps
-/// until the earliest request and wakes the due queues one at a time, without its own lock
-/// (DeadlineQueue::wake takes the queue's lock, under which queues ask for their next wake-up).
-/// Lock order: a queue's lock, then this thread's mutex; never the other way round.
-class DeadlineThread {
- public:
-  static DeadlineThread& instance() {
-    // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): never destroyed, on purpose
-    static DeadlineThread* const thread = new DeadlineThread;
-    return *thread;
-  }
-
-  /// Makes sure `q` is woken at `t` or earlier. Starts the thread the first time; throws if that,
-  /// or recording the request, fails (nothing is recorded then).
-  void wake_at(DeadlineQueue* q, Clock::time_point t) {
-    const std::lock_guard lock(mutex_);
-    if (!started_) {
-      requests_.reserve(8);
-      start_thread();
-      started_ = true;
-    }
-    const auto it = std::find_if(requests_.begin(), requests_.end(),
-                                 [q](const Request& r) { return r.queue == q; });
-    if (it != requests_.end()) {
-      if (it->at <= t) return;
-      it->at = t;
-    } else {
-      requests_.push_back(Request{q, t});
-    }
-    // Only a request earlier than what the thread sleeps until needs to wake it.
-    if (t < sleeping_until_) cv_.notify_one();
-  }
-
-  /// `q` is never woken again once this returns: its request is dropped, and a wake-up in
-  /// progress is waited for. Not called under `q`'s lock.
-  void forget(const DeadlineQueue* q) noexcept {
-    std::unique_lock lock(mutex_);
-    woken_.wait(lock, [&] { return waking_ != q; });
-    std::erase_if(requests_, [q](const Request& r) { return r.queue == q; });
-  }
-
-  /// Counts the forks this process's deadline thread did not survive: a queue's request made in
-  /// an earlier generation is gone (DeadlineQueue::arm_timer_locked asks again).
-  [[nodiscard]] static std::uint32_t generation() noexcept {
-    return fork_generation.load(std::memory_order_relaxed);
-  }
-
- private:
-  struct Request {
-    DeadlineQueue* queue;
-    Clock::time_point at;
-  };
-
-  DeadlineThread() noexcept {
-    // A forked child has no deadline thread: its first request starts one. The mutex is held
-    // across fork(), with no wake-up in progress, so that the child copies consistent requests
-    // and no queue lock the thread held; the child then re-creates its synchronisation objects.
-    (void)::pthread_atfork([] { instance().before_fork(); }, [] { instance().mutex_.unlock(); },
-                           [] { instance().after_fork_in_child(); });
-  }
-
-  /// Before fork(): holds the mutex, with no wake-up in progress, so that the child's copies of
-  /// the requests and of every queue's lock the thread takes are consistent (the thread starts no
-  /// wake-up without the mutex).
-  void before_fork() noexcept {
-    std::unique_lock lock(mutex_);
-    woken_.wait(lock, [&] { return waking_ == nullptr; });
-    (void)lock.release();  // the parent's or the child's handler unlocks it
-  }
-
-  /// In a forked child: the parent's requests belong to a thread the child does not have. They
-  /// are dropped; the queues that still need a wake-up (inherited contexts with deadlines armed)
-  /// see the new generation and ask the child's own thread.
-  void after_fork_in_child() noexcept {
-    // The copies of the mutex (held by the prepare handler) and of the condition variables (which
-    // count the parent thread's waits) describe threads the child does not have: start afresh.
-    std::construct_at(&mutex_);
-    std::construct_at(&cv_);
-    std::construct_at(&woken_);
-    requests_.clear();
-    waking_ = nullptr;
-    sleeping_until_ = Clock::time_point::min();
-    started_ = false;
-    fork_generation.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  /// Starts the thread with every signal blocked (as Asio's own threads): a signal meant for the
-  /// program's threads must not be delivered to this one.
-  void start_thread() {
-    sigset_t all;
-    sigset_t previous;
-    ::sigfillset(&all);
-    const bool blocked = ::pthread_sigmask(SIG_BLOCK, &all, &previous) == 0;
-    try {
-      std::thread(&DeadlineThread::run, this).detach();
-    } catch (...) {
-      if (blocked) ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-      throw;
-    }
-    if (blocked) ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  }
-
-  void run() noexcept {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      const auto earliest =
-          std::min_element(requests_.begin(), requests_.end(),
-                           [](const Request& a, const Request& b) { return a.at < b.at; });
-      if (earliest == requests_.end()) {
-        sleeping_until_ = Clock::time_point::max();
-        cv_.wait(lock);
-        continue;
-      }
-      const Clock::time_point at = earliest->at;
-      if (steady_now() < at) {
-        sleeping_until_ = at;
-        cv_.wait_until(lock, std::chrono::steady_clock::time_point(
-                                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                     at.time_since_epoch())));
-        continue;  // woken early, notified, or due: look again
-      }
-      sleeping_until_ = Clock::time_point::min();  // awake: nobody needs to notify
-      DeadlineQueue* q = earliest->queue;
-      requests_.erase(earliest);
-      waking_ = q;
-      lock.unlock();
-      try {
-        q->wake();
-      } catch (...) {
-        // Posting an expiry failed (its allocation): the queue asked to be woken again a
-        // millisecond later; the failure has nowhere else to go.
-      }
-      lock.lock();
-      waking_ = nullptr;
-      woken_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable cv_;     ///< the thread's sleep
-  std::condition_variable woken_;  ///< a wake-up in progress ended (forget waits for it)
-  std::vector<Request> requests_;
-  DeadlineQueue* waking_ = nullptr;  ///< the queue being woken, outside the mutex
-  /// What the thread sleeps until (max: no request; min: it is awake).
-  Clock::time_point sleeping_until_ = Clock::time_point::min();
-  bool started_ = false;
-  static inline std::atomic<std::uint32_t> fork_generation{0};
-};
-
-}  // namespace
-
-// ---- DeadlineQueue ------------------------------------------------------------------------------
-
 namespace {
 
 /// How long the deadline thread waits before it tries again to post an expiry that failed.
 constexpr Clock::duration retry_after_failure = std::chrono::milliseconds(1);
 
-/// Whether the deadline thread may post to the context of `ex` from its own thread: not to an
-/// io_context built with BOOST_ASIO_CONCURRENCY_HINT_UNSAFE (or another hint without the
-/// scheduler's lock), whose queue only its own thread may touch. Such a context gets the clock
-/// timer on the context instead.
-bool accepts_foreign_posts(const boost::asio::any_io_executor& ex) {
-  // An io_context's (and a thread_pool's) implementation is Asio's scheduler service.
-  using Scheduler = boost::asio::detail::scheduler;
-  boost::asio::execution_context& ctx = boost::asio::query(ex, boost::asio::execution::context);
-  if (!boost::asio::has_service<Scheduler>(ctx)) return true;
-  const int hint = boost::asio::use_service<Scheduler>(ctx).concurrency_hint();
-  return BOOST_ASIO_CONCURRENCY_HINT_IS_LOCKING(SCHEDULER, hint);
-}
-
 /// The queue whose timer wait is being started on this thread, under its lock.
 thread_local const DeadlineQueue* tl_arming_queue = nullptr;
-/// Incremented whenever a DeadlineService shuts down or dies, so that thread-local caches never
-/// hand out a queue of a context that no longer exists (even if a new context reuses its address).
-std::atomic<std::uint64_t> g_service_epoch{1};
 }  // namespace
 
 DeadlineQueue::DeadlineQueue(const Clock& clock, const boost::asio::any_io_executor& ex,
@@ -496,128 +313,6 @@ void DeadlineQueue::shutdown() noexcept {
     timer = std::move(timer_);
   }
   if (threaded_) DeadlineThread::instance().forget(this);
-}
-
-// ---- the per-context service --------------------------------------------------------------------
-
-namespace {
-
-/// The executor of a queue's timer, from the executor of the call that creates the queue: without
-/// the call's strand (Asio's strands of an io_context's or a thread_pool's executor, or of an
-/// any_io_executor holding one), which would serialise every deadline of the context behind that
-/// strand's handlers, and without outstanding work, which would keep the context's run() from
-/// returning for as long as the queue lives. Other executors are used without their work.
-boost::asio::any_io_executor timer_executor(const boost::asio::any_io_executor& tracked) {
-  using boost::asio::strand;
-  // Without outstanding work first: a strand maps the preference onto its inner executor, so a
-  // work-tracking strand becomes a strand of the plain executor, which the checks below know.
-  const boost::asio::any_io_executor ex =
-      boost::asio::prefer(tracked, boost::asio::execution::outstanding_work.untracked);
-  if (const auto* s = ex.target<strand<boost::asio::io_context::executor_type>>()) {
-    return timer_executor(s->get_inner_executor());
-  }
-  if (const auto* s = ex.target<strand<boost::asio::thread_pool::executor_type>>()) {
-    return timer_executor(s->get_inner_executor());
-  }
-  if (const auto* s = ex.target<strand<boost::asio::any_io_executor>>()) {
-    return timer_executor(s->get_inner_executor());
-  }
-  return ex;
-}
-
-class DeadlineService final : public boost::asio::execution_context::service {
- public:
-  static inline boost::asio::execution_context::id id;
-
-  explicit DeadlineService(boost::asio::execution_context& ctx)
-      : boost::asio::execution_context::service(ctx) {}
-  ~DeadlineService() override { g_service_epoch.fetch_add(1, std::memory_order_acq_rel); }
-
-  DeadlineQueue& queue(const boost::asio::any_io_executor& ex, const Clock& clock,
-                       Clock::duration d) {
-    std::lock_guard lock(mutex_);
-    auto& q = queues_[Key{&clock, d.count()}];
-    if (!q) q = std::make_unique<DeadlineQueue>(clock, timer_executor(ex), d.count() != 0);
-    return *q;
-  }
-
-  void release_idle() noexcept {
-    std::lock_guard lock(mutex_);
-    for (auto& [key, q] : queues_) q->release_idle_timer();
-  }
-
- private:
-  void shutdown() override {
-    g_service_epoch.fetch_add(1, std::memory_order_acq_rel);
-    std::lock_guard lock(mutex_);
-    for (auto& [key, q] : queues_) q->shutdown();
-  }
-
-  using Key = std::pair<const Clock*, Clock::duration::rep>;
-  std::mutex mutex_;
-  std::map<Key, std::unique_ptr<DeadlineQueue>> queues_;
-};
-
-struct CacheEntry {
-  const void* context = nullptr;
-  const Clock* clock = nullptr;
-  Clock::duration::rep duration = 0;
-  std::uint64_t epoch = 0;
-  DeadlineQueue* queue = nullptr;
-};
-
-thread_local std::array<CacheEntry, 4> tl_cache;
-thread_local unsigned tl_cache_next = 0;
-
-/// This thread's cached queue for (context, clock, duration) from services of `epoch`, or
-/// nullptr.
-DeadlineQueue* cached_queue(const boost::asio::execution_context* ctx, const Clock& clock,
-                            Clock::duration duration, std::uint64_t epoch) noexcept {
-  for (const CacheEntry& c : tl_cache) {
-    if (c.context == ctx && c.clock == &clock && c.duration == duration.count() &&
-        c.epoch == epoch) {
-      return c.queue;
-    }
-  }
-  return nullptr;
-}
-
-}  // namespace
-
-DeadlineQueue& deadline_queue_for(const boost::asio::any_io_executor& ex, const Clock& clock,
-                                  Clock::duration duration) {
-  boost::asio::execution_context& ctx = boost::asio::query(ex, boost::asio::execution::context);
-  // Read before the lookup: a queue created by a service that dies meanwhile is cached with the
-  // old epoch and never handed out.
-  const std::uint64_t epoch = g_service_epoch.load(std::memory_order_acquire);
-  if (DeadlineQueue* q = cached_queue(&ctx, clock, duration, epoch)) return *q;
-  DeadlineQueue& q = boost::asio::use_service<DeadlineService>(ctx).queue(ex, clock, duration);
-  tl_cache[tl_cache_next++ % tl_cache.size()] =
-      CacheEntry{&ctx, &clock, duration.count(), epoch, &q};
-  return q;
-}
-
-DeadlineQueue& deadline_queue_for(const CallBase& call, const Clock& clock,
-                                  Clock::duration duration) {
-  // On an io_context's plain executor the execution names its context directly: no
-  // any_io_executor is built, queried and destroyed per call.
-  if (const void* io = call.trampoline_context()) {
-    const boost::asio::execution_context* ctx = static_cast<const boost::asio::io_context*>(io);
-    const std::uint64_t epoch = g_service_epoch.load(std::memory_order_acquire);
-    if (DeadlineQueue* q = cached_queue(ctx, clock, duration, epoch)) return *q;
-  }
-  return deadline_queue_for(call.call_executor(), clock, duration);
-}
-
-void resume_at_deadline(CallBase& call, std::size_t index) {
-  (void)index;  // the execution is parked at that layer: its pending step is the layer's own wait
-  call.wait_completed(boost::system::error_code());
-}
-
-void release_idle_deadline_timers(boost::asio::execution_context& ctx) noexcept {
-  if (boost::asio::has_service<DeadlineService>(ctx)) {
-    boost::asio::use_service<DeadlineService>(ctx).release_idle();
-  }
 }
 
 }  // namespace kevlar::detail

@@ -41,20 +41,6 @@ std::optional<RejectionKind> rejection_kind(const boost::system::error_code& ec)
   }
 }
 
-const char* to_string(ChaosKind kind) noexcept {
-  switch (kind) {
-    case ChaosKind::latency:
-      return "latency";
-    case ChaosKind::fault:
-      return "fault";
-    case ChaosKind::outcome:
-      return "outcome";
-    case ChaosKind::behavior:
-      return "behavior";
-  }
-  return "unknown";
-}
-
 namespace detail {
 
 void ObserverSet::count_failure() const noexcept {
@@ -74,14 +60,13 @@ ObserverSet::ObserverSet(std::vector<std::shared_ptr<Observer>> observers,
   wants_.reserve(observers_.size());
   for (const std::shared_ptr<Observer>& o : observers_) {
     wants_.push_back(o->interests());
-    interests_ = static_cast<EventKinds>(interests_ | wants_.back());
+    interests_.add(wants_.back());
   }
 }
 
 void ObserverSet::deliver_now(Event& event) const noexcept {
-  const auto kind = static_cast<EventKinds>(1U << event.detail.index());
   for (std::size_t i = 0; i < observers_.size(); ++i) {
-    if ((wants_[i] & kind) == 0) continue;
+    if (!wants_[i].contains(event.kind)) continue;
     event.source.observer_state = states_[i];
     try {
       observers_[i]->on_event(event);
@@ -162,7 +147,11 @@ class AttemptObserver final : public Strategy {
   Step on_start(Layer& layer) override {
     // The engine declines an attempt past an enclosing deadline (see CallBase::past_deadline):
     // that one never starts and is not announced. (Emitting announces the shield first.)
-    if (!layer.synchronous() && detail::LayerAccess::call(layer)->past_deadline()) {
+    // A synchronous execution declines a later attempt past its deadline the same way (the walk's
+    // later rounds: an attempt after another).
+    const CallBase& call = *detail::LayerAccess::call(layer);
+    if (layer.synchronous() ? layer.context().attempt() != 0 && call.sync_past_deadline()
+                            : call.past_deadline()) {
       return Step::run_inner;
     }
     layer.emit(AttemptStarted{layer.context().attempt() + 1});
@@ -184,7 +173,7 @@ void CallBase::observe_finish() noexcept {
   if (!e.success) e.failure = failure_of_outcome(outcome);
   e.duration = context_->clock().now().time_since_epoch() - started_;
   e.attempts = context_->attempt();
-  Event event{EventSource{}, Event::Detail(std::in_place_type<ExecutionFinished>, std::move(e))};
+  Event event = make_event(e);
   deliver_from(*this, event, EventSource::no_strategy, nullptr);
 }
 
@@ -202,9 +191,9 @@ void Layer::emit_event(Event& event) const noexcept {
                        own ? nullptr : entry_->strategy);
 }
 
-detail::TransitionSource Layer::transition_source() const noexcept {
+detail::EventOrigin Layer::event_origin() const noexcept {
   const auto* observers = call_->pipeline().observers;
-  if (observers == nullptr || !wants<BreakerTransition>()) return {};
+  if (observers == nullptr) return {};
   return {observers, strategy_index(), entry_->strategy};
 }
 

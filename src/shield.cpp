@@ -1,5 +1,5 @@
 #include <kevlar/detail/observer_layer.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/basic_shield.hpp>
 
 #include <algorithm>
 #include <sstream>
@@ -18,7 +18,7 @@ std::size_t round_up(std::size_t n) {
   return (n + a - 1) / a * a;
 }
 
-/// A layer's hooks: those Shield::use saw, less the callbacks the strategy's traits decline.
+/// A layer's hooks: those BasicShield::use saw, less the callbacks the strategy's traits decline.
 detail::LayerHooks hooks_for(detail::LayerHooks hooks, const StrategyTraits& traits) noexcept {
   if (!traits.needs_inner_complete) hooks.inner_complete = nullptr;
   if (!traits.needs_finish) hooks.finish = nullptr;
@@ -31,13 +31,14 @@ void seal(detail::Pipeline& p) {
   p.observer_set = p.observers.empty() ? nullptr
                                        : std::make_shared<const detail::ObserverSet>(
                                              p.observers, p.name, p.strategies);
-  const EventKinds interests = p.observer_set ? p.observer_set->interests() : 0;
+  const EventKinds wanted = p.observer_set ? p.observer_set->interests() : EventKinds{};
+  const std::uint32_t interests = wanted.mask();
   // An observed shield has the engine time its executions (if an observer wants
   // ExecutionFinished) and runs kevlar's attempt observer innermost (if one wants AttemptStarted);
   // a shield without observers does neither, and every layer's interests are 0 (no event is
   // built).
-  const bool observes_executions = (interests & event_kinds<ExecutionFinished>()) != 0;
-  const bool attempt_layer = (interests & event_kinds<AttemptStarted>()) != 0;
+  const bool observes_executions = wanted.contains(event_kind<ExecutionFinished>());
+  const bool attempt_layer = wanted.contains(event_kind<AttemptStarted>());
   p.layers.clear();
   p.layers.reserve(n + 1);
   std::size_t offset = 0;
@@ -111,16 +112,16 @@ std::shared_ptr<detail::Pipeline> copy_of(const std::shared_ptr<const detail::Pi
 
 }  // namespace
 
-const detail::PipelineView& Shield::view() const noexcept {
+const detail::PipelineView& BasicShield::view() const noexcept {
   return p_ ? p_->view : empty_view();
 }
 
-const std::optional<std::string>& Shield::name() const noexcept {
+const std::optional<std::string>& BasicShield::name() const noexcept {
   static const std::optional<std::string> none;
   return p_ ? p_->name : none;
 }
 
-void Shield::refuse_synchronous() const {
+void BasicShield::refuse_synchronous() const {
   std::string names;
   for (const std::shared_ptr<Strategy>& s : p_->strategies) {
     if (!s->traits().asynchronous_only) continue;
@@ -132,64 +133,64 @@ void Shield::refuse_synchronous() const {
                          "(Shield::execute_async)");
 }
 
-std::vector<std::shared_ptr<Strategy>> Shield::strategies() const {
+std::vector<std::shared_ptr<Strategy>> BasicShield::strategies() const {
   return p_ ? p_->strategies : std::vector<std::shared_ptr<Strategy>>{};
 }
 
-Shield Shield::use(std::shared_ptr<Strategy> strategy) const {
+BasicShield BasicShield::use(std::shared_ptr<Strategy> strategy) const {
   return use_hooked(std::move(strategy), {});
 }
 
-Shield Shield::use_hooked(std::shared_ptr<Strategy> strategy, detail::LayerHooks hooks) const {
-  if (!strategy) throw std::invalid_argument("kevlar::Shield::use: the strategy is null");
+BasicShield BasicShield::use_hooked(std::shared_ptr<Strategy> strategy, detail::LayerHooks hooks) const {
+  if (!strategy) throw std::invalid_argument("kevlar::BasicShield::use: the strategy is null");
   auto p = copy_of(p_);
   std::shared_ptr<const Clause> own = strategy->traits().clause;
   p->clauses.push_back(own ? std::move(own) : p->ambient ? p->ambient : Clause::default_clause());
   p->hooks.push_back(hooks);
   p->strategies.push_back(std::move(strategy));
   seal(*p);
-  return Shield(std::move(p));
+  return BasicShield(std::move(p));
 }
 
-Shield Shield::when(Clause clause) const {
+BasicShield BasicShield::when(Clause clause) const {
   auto p = copy_of(p_);
   p->ambient = std::make_shared<const Clause>(std::move(clause));
   seal(*p);
-  return Shield(std::move(p));
+  return BasicShield(std::move(p));
 }
 
-Shield Shield::with_name(std::string name) const {
+BasicShield BasicShield::with_name(std::string name) const {
   auto p = copy_of(p_);
   p->name = std::move(name);
   seal(*p);
-  return Shield(std::move(p));
+  return BasicShield(std::move(p));
 }
 
-Shield Shield::observed_by(std::shared_ptr<Observer> observer) const {
-  if (!observer) throw std::invalid_argument("kevlar::Shield::observed_by: the observer is null");
+BasicShield BasicShield::observed_by(std::shared_ptr<Observer> observer) const {
+  if (!observer) throw std::invalid_argument("kevlar::BasicShield::observed_by: the observer is null");
   auto p = copy_of(p_);
   p->observers.push_back(std::move(observer));
   seal(*p);
-  return Shield(std::move(p));
+  return BasicShield(std::move(p));
 }
 
-std::uint64_t Shield::observer_failures() const noexcept {
+std::uint64_t BasicShield::observer_failures() const noexcept {
   return p_ && p_->observer_set ? p_->observer_set->failures() : 0;
 }
 
-std::exception_ptr Shield::first_observer_failure() const {
+std::exception_ptr BasicShield::first_observer_failure() const {
   return p_ && p_->observer_set ? p_->observer_set->first_failure() : nullptr;
 }
 
-Shield Shield::with_clock(std::shared_ptr<const Clock> clock) const {
-  if (!clock) throw std::invalid_argument("kevlar::Shield::with_clock: the clock is null");
+BasicShield BasicShield::with_clock(std::shared_ptr<const Clock> clock) const {
+  if (!clock) throw std::invalid_argument("kevlar::BasicShield::with_clock: the clock is null");
   auto p = copy_of(p_);
   p->clock = std::move(clock);
   seal(*p);
-  return Shield(std::move(p));
+  return BasicShield(std::move(p));
 }
 
-Shield Shield::wrap(const Shield& inner) const {
+BasicShield BasicShield::wrap(const BasicShield& inner) const {
   if (!inner.p_) return *this;
   if (!p_) return inner;
   auto p = copy_of(p_);
@@ -206,16 +207,16 @@ Shield Shield::wrap(const Shield& inner) const {
   if (!p->clock) p->clock = inner.p_->clock;
   if (inner.p_->ambient) p->ambient = inner.p_->ambient;
   seal(*p);
-  return Shield(std::move(p));
+  return BasicShield(std::move(p));
 }
 
-Shield Shield::compose(std::initializer_list<Shield> shields) {
-  Shield result;
-  for (const Shield& s : shields) result = result.wrap(s);
+BasicShield BasicShield::compose(std::initializer_list<BasicShield> shields) {
+  BasicShield result;
+  for (const BasicShield& s : shields) result = result.wrap(s);
   return result;
 }
 
-std::string Shield::describe() const {
+std::string BasicShield::describe() const {
   std::string out;
   if (p_ && p_->name) out = *p_->name + ": ";
   if (empty()) return out + "(empty)";

@@ -103,7 +103,8 @@ def main():
                         findings.append(f"{page}: the numbered steps of '## Semantics' leave out "
                                         f"{struct}::{name}")
 
-    for path in sorted(list(root.glob("include/**/*.hpp")) + list(root.glob("src/**/*.cpp")) +
+    for path in sorted(list(root.glob("include/**/*.hpp")) + list(root.glob("src/**/*.[hc]pp")) +
+                       list(root.glob("aggregate/**/*.hpp")) + list(root.glob("testing/**/*.[hc]pp")) +
                        list(root.glob("strategies/**/*.[hc]pp")) +
                        list(root.glob("integrations/**/*.[hc]pp"))):
         lines = path.read_text().splitlines()

@@ -213,7 +213,7 @@ kevlar::Shield make(const char* name) {
     // price of being observed at all (the execution layer, its clock reads, one event delivered).
     struct Noop final : kevlar::Observer {
       void on_event(const kevlar::Event&) override {}
-      [[nodiscard]] kevlar::EventKinds interests() const noexcept override {
+      [[nodiscard]] kevlar::EventKinds interests() const override {
         return kevlar::event_kinds<kevlar::ExecutionFinished>();
       }
     };

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/coverage.sh <build dir> — the line and branch coverage of kevlar's own code (src/,
-# include/, strategies/) from a build configured with -DKEVLAR_COVERAGE=ON whose tests have run
+# include/, strategies/, aggregate/, testing/) from a build configured with -DKEVLAR_COVERAGE=ON whose tests have run
 # (CI: stage c, the Debug AddressSanitizer build, without UBSan). Prints gcovr's summary, writes
 # the per-file table to <build dir>/coverage.txt, and fails when a floor is not met.
 #
@@ -31,7 +31,8 @@ fi
 # (a local Debug build, say) would otherwise be merged into this one's.
 args=("$dir" --root . --object-directory "$dir"
       --gcov-executable "python3 '$PWD/tools/gcov-branches.py'"
-      --filter 'src/' --filter 'include/' --filter 'strategies/'
+      --filter 'src/' --filter 'include/' --filter 'strategies/' --filter 'aggregate/'
+      --filter 'testing/'
       --exclude-throw-branches --exclude-unreachable-branches
       -j "${KEVLAR_JOBS:-2}")
 # gcovr 5.2 waits forever for its workers when gcov fails on a file (a stale .gcno, say): a

@@ -75,6 +75,11 @@ class ClockWaiter {
   ~ClockWaiter() = default;
 };
 
+/// The longest duration kevlar's options and generated durations accept (a timeout, a delay, a
+/// break, a hold): 2^32 - 2 ms, about 49.7 days, the bound of Kevlar's (.NET) durations. Each
+/// strategy's own limit (TimeoutOptions::max_timeout, Backoff::max_delay_limit ...) is this value.
+inline constexpr Clock::duration max_duration = std::chrono::milliseconds(4294967294LL);
+
 /// A one-wait-at-a-time timer created by Clock::make_timer.
 ///
 /// Thread-safety: like an Asio timer, a ClockTimer is used from one executor at a time.

@@ -1,4 +1,5 @@
 // kevlar — typed events for every decision a strategy takes, and the observers that receive them.
+// The set of event types is open: each strategy declares its own (see EventDetail).
 #pragma once
 
 #include <kevlar/clock.hpp>
@@ -6,6 +7,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -17,15 +19,12 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <variant>
 #include <vector>
 
 namespace kevlar {
 
 class Context;
 class Strategy;
-/// The circuit breaker's states (defined in <kevlar/circuit_breaker.hpp>).
-enum class CircuitState : unsigned char;
 
 /// Why a call was refused without running its inner part.
 enum class RejectionKind : unsigned char {
@@ -38,16 +37,146 @@ enum class RejectionKind : unsigned char {
 /// `circuit_open`, `isolated`, `rate_limit` or `concurrency_limit` (the metric tag values).
 [[nodiscard]] const char* to_string(RejectionKind kind) noexcept;
 
-/// What a chaos strategy (<kevlar/chaos.hpp>) injects.
-enum class ChaosKind : unsigned char {
-  latency,   ///< a wait before the call
-  fault,     ///< a failure instead of the call
-  outcome,   ///< a result instead of the call
-  behavior,  ///< a user callback before the call
+// ---- event kinds: an open set ------------------------------------------------------------------
+//
+// An event is a value of any copyable class that names itself with a static member
+// `kevlar_event` (its kind's name, conventionally the type's own name):
+//
+//   struct QuotaRefilled {
+//     static constexpr std::string_view kevlar_event = "QuotaRefilled";
+//     std::uint32_t tokens = 0;
+//   };
+//
+// Each strategy declares the events it emits beside itself (kevlar's: the core's execution events
+// below, RetryScheduled in <kevlar/retry.hpp>, BreakerTransition in <kevlar/circuit_breaker.hpp>
+// ...), a user's strategy its own; an observer that knows a type reads it with
+// Event::get_if<Type>(), and any observer may ignore the kinds it does not know. There is no limit
+// on the number of kinds.
+
+/// A class that can be delivered as an event: copyable, naming its kind with `kevlar_event`.
+template <class D>
+concept EventDetail = std::is_class_v<D> && std::is_copy_constructible_v<D> && requires {
+  { D::kevlar_event } -> std::convertible_to<std::string_view>;
 };
 
-/// `latency`, `fault`, `outcome` or `behavior` (the metric tag values).
-[[nodiscard]] const char* to_string(ChaosKind kind) noexcept;
+class EventKind;
+template <EventDetail D>
+constexpr EventKind event_kind() noexcept;
+
+namespace detail {
+/// One object per event type: its address is the kind's identity.
+template <class D>
+inline constexpr char event_tag = 0;
+/// The bit of a kind's name in a 32-bit filter: FNV-1a of the name, modulo 32. Two kinds may share
+/// a bit; the filter only decides whether an event is worth building (EventKinds::mask).
+constexpr std::uint32_t event_bit(std::string_view name) noexcept {
+  std::uint32_t h = 2166136261u;
+  for (const char c : name) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return 1u << (h % 32u);
+}
+template <class D>
+std::shared_ptr<const void> copy_event(const void* detail) {
+  return std::make_shared<const D>(*static_cast<const D*>(detail));
+}
+}  // namespace detail
+
+/// The identity of one type of event, known at compile time (event_kind<Type>()).
+class EventKind {
+ public:
+  /// The kind's name: the type's `kevlar_event` (`"RetryScheduled"`).
+  [[nodiscard]] constexpr std::string_view name() const noexcept { return name_; }
+  /// The kind's bit in a shield's 32-bit interest filter (see EventKinds::mask).
+  [[nodiscard]] constexpr std::uint32_t bit() const noexcept { return bit_; }
+  /// A copy of `detail`, an event of this kind, that owns itself (what a recorder keeps).
+  [[nodiscard]] std::shared_ptr<const void> copy(const void* detail) const {
+    return copy_(detail);
+  }
+  friend constexpr bool operator==(const EventKind& a, const EventKind& b) noexcept {
+    return a.id_ == b.id_;
+  }
+
+ private:
+  template <EventDetail D>
+  friend constexpr EventKind event_kind() noexcept;
+  using Copy = std::shared_ptr<const void> (*)(const void*);
+  constexpr EventKind(const void* id, std::uint32_t bit, std::string_view name, Copy copy) noexcept
+      : id_(id), bit_(bit), name_(name), copy_(copy) {}
+
+  const void* id_;
+  std::uint32_t bit_;
+  std::string_view name_;
+  Copy copy_;
+};
+
+/// The kind of events of type `D`.
+template <EventDetail D>
+constexpr EventKind event_kind() noexcept {
+  return EventKind(&detail::event_tag<D>, detail::event_bit(D::kevlar_event), D::kevlar_event,
+                   &detail::copy_event<D>);
+}
+
+/// A set of event kinds: what an observer wants (Observer::interests).
+///
+/// Thread-safety: a value; const members may be called concurrently.
+class EventKinds {
+ public:
+  /// The empty set.
+  EventKinds() = default;
+  /// Every kind, including those no code has named yet.
+  [[nodiscard]] static EventKinds all() {
+    EventKinds k;
+    k.all_ = true;
+    k.mask_ = ~std::uint32_t{0};
+    return k;
+  }
+  /// Adds `kind`.
+  EventKinds& add(const EventKind& kind) {
+    if (all_ || contains(kind)) return *this;
+    kinds_.push_back(kind);
+    mask_ |= kind.bit();
+    return *this;
+  }
+  /// Adds every kind of `other`.
+  EventKinds& add(const EventKinds& other) {
+    if (other.all_) {
+      *this = all();
+      return *this;
+    }
+    for (const EventKind& k : other.kinds_) add(k);
+    return *this;
+  }
+  /// True if the set holds `kind`.
+  [[nodiscard]] bool contains(const EventKind& kind) const noexcept {
+    if (all_) return true;
+    if ((mask_ & kind.bit()) == 0) return false;
+    for (const EventKind& k : kinds_) {
+      if (k == kind) return true;
+    }
+    return false;
+  }
+  /// True for the set of every kind.
+  [[nodiscard]] bool is_all() const noexcept { return all_; }
+  [[nodiscard]] bool empty() const noexcept { return !all_ && kinds_.empty(); }
+  /// The union of the kinds' bits: a strategy builds an event of kind K only if `mask() &
+  /// K.bit()` (Layer::wants), so a kind the set does not hold may still pass it (two kinds can
+  /// share a bit); delivery then checks the kind itself.
+  [[nodiscard]] std::uint32_t mask() const noexcept { return mask_; }
+
+ private:
+  bool all_ = false;
+  std::uint32_t mask_ = 0;
+  std::vector<EventKind> kinds_;
+};
+
+/// The set holding the kinds of `Details...` (e.g. `event_kinds<RetryScheduled, Rejected>()`).
+template <EventDetail... Details>
+[[nodiscard]] EventKinds event_kinds() {
+  EventKinds k;
+  (k.add(event_kind<Details>()), ...);
+  return k;
+}
+
+// ---- the core's own events ---------------------------------------------------------------------
 
 /// The failure an event is about: an error code or an exception (both empty for a successful
 /// result that the clause judged a failure).
@@ -59,6 +188,7 @@ struct Failure {
 /// An execution (one public execute / execute_async call) completed; emitted once, with the final
 /// outcome, after every strategy has had its say (a fallback's recovery is a success).
 struct ExecutionFinished {
+  static constexpr std::string_view kevlar_event = "ExecutionFinished";
   bool success = false;
   Failure failure;             ///< when not a success
   Clock::duration duration{};  ///< from entering the shield to the final outcome (shield clock)
@@ -67,61 +197,16 @@ struct ExecutionFinished {
 
 /// An attempt of the user's operation is about to start.
 struct AttemptStarted {
+  static constexpr std::string_view kevlar_event = "AttemptStarted";
   std::uint32_t attempt = 0;  ///< 1 for the first, 2 for the second, ...
 };
 
-/// A retry decided to try again, before its backoff wait.
-struct RetryScheduled {
-  int retry = 0;            ///< 1 for the first retry
-  Clock::duration delay{};  ///< the backoff it waits before the next attempt
-  Failure failure;          ///< the outcome that is being retried
-};
-
-/// A timeout's budget elapsed and it reports `errc::timeout` (before its on_timeout hook).
-struct TimeoutFired {
-  Clock::duration timeout{};  ///< the budget that elapsed
-};
-
-/// A fallback replaced a handled failure (before its on_fallback hook).
-struct FallbackTaken {
-  Failure failure;  ///< the failure it replaced
-};
-
-/// A strategy refused a call without running its inner part (before its rejection hooks).
+/// A strategy refused a call without running its inner part (before its rejection hooks): the
+/// breaker's and both limiters' rejections share it.
 struct Rejected {
+  static constexpr std::string_view kevlar_event = "Rejected";
   RejectionKind kind = RejectionKind::concurrency_limit;
   std::optional<Clock::duration> retry_after;  ///< when the strategy expects to admit a call
-};
-
-/// A circuit breaker changed state. Delivered to the observers of the shield whose call caused
-/// the change, in the breaker's order, one at a time, from the breaker's publication loop (which
-/// may run on another call's thread); a change made by hand, with reset() or isolate(), has no
-/// shield and reaches only the breaker's own state-change hooks.
-struct BreakerTransition {
-  CircuitState from;
-  CircuitState to;
-  Failure failure;  ///< for a change to open: the failure that tripped the circuit
-};
-
-/// A concurrency limit's accounting changed: a call took a permit (at once or after queueing),
-/// returned it, or was rejected. Joining or leaving the queue is not reported on its own.
-struct LimiterStateChanged {
-  std::uint32_t running = 0;  ///< permits in use
-  std::uint32_t queued = 0;   ///< callers waiting for a permit
-};
-
-/// A hedge launched another attempt alongside the ones running (after its on_hedge hook and
-/// action generator, before the attempt starts).
-struct HedgeLaunched {
-  std::uint32_t attempt = 0;  ///< 2 for the first hedge
-};
-
-/// A chaos strategy injected something (after its on_injected hook, before the injection takes
-/// effect).
-struct ChaosInjected {
-  ChaosKind kind = ChaosKind::fault;
-  std::string operation;    ///< the execution's chaos scope's operation ("" when none)
-  std::string environment;  ///< the execution's chaos scope's environment ("" when none)
 };
 
 /// Where an event comes from.
@@ -136,52 +221,36 @@ struct EventSource {
   std::size_t strategy_index = no_strategy;
   /// The strategy (nullptr for the execution's own events).
   const Strategy* strategy = nullptr;
-  /// The execution's context (do not keep it); nullptr for a BreakerTransition, which may be
-  /// delivered after the call that caused it ended.
+  /// The execution's context (do not keep it); nullptr for an event delivered after the call that
+  /// caused it (a BreakerTransition).
   const Context* context = nullptr;
 
   static constexpr std::size_t no_strategy = std::numeric_limits<std::size_t>::max();
 };
 
-/// One event: its source and what happened.
+/// One event: where it comes from, its kind and what happened (valid only during the delivery).
 struct Event {
-  using Detail =
-      std::variant<ExecutionFinished, AttemptStarted, RetryScheduled, TimeoutFired, FallbackTaken,
-                   Rejected, BreakerTransition, LimiterStateChanged, HedgeLaunched, ChaosInjected>;
   EventSource source;
-  Detail detail;
+  EventKind kind;
+  /// The event's value, of the type `kind` names.
+  const void* detail = nullptr;
+
+  /// The value, if this event is of type `D`; nullptr otherwise.
+  template <EventDetail D>
+  [[nodiscard]] const D* get_if() const noexcept {
+    return kind == event_kind<D>() ? static_cast<const D*>(detail) : nullptr;
+  }
+  /// True if this event is of type `D`.
+  template <EventDetail D>
+  [[nodiscard]] bool is() const noexcept {
+    return kind == event_kind<D>();
+  }
 };
 
-/// A set of event kinds: bit i stands for the alternative i of Event::Detail.
-using EventKinds = std::uint16_t;
-
-/// The set holding the event kinds `Details...` (e.g. `event_kinds<RetryScheduled, Rejected>()`).
-template <class... Details>
-[[nodiscard]] constexpr EventKinds event_kinds() noexcept;
-
-/// Every event kind.
-inline constexpr EventKinds all_event_kinds =
-    static_cast<EventKinds>((1U << std::variant_size_v<Event::Detail>)-1);
-
-namespace detail {
-template <class T, class Variant>
-struct EventIndex;
-template <class T, class... Ts>
-struct EventIndex<T, std::variant<Ts...>> {
-  static constexpr std::size_t value = [] {
-    constexpr bool same[] = {std::is_same_v<T, Ts>...};
-    std::size_t i = 0;
-    while (i < sizeof...(Ts) && !same[i]) ++i;
-    return i;
-  }();
-  static_assert(value < sizeof...(Ts), "not an event detail type");
-};
-}  // namespace detail
-
-template <class... Details>
-constexpr EventKinds event_kinds() noexcept {
-  return static_cast<EventKinds>(
-      (0U | ... | (1U << detail::EventIndex<Details, Event::Detail>::value)));
+/// An event of type `D` about `detail`, from `source` (what kevlar's emission points build).
+template <EventDetail D>
+[[nodiscard]] Event make_event(const D& detail, EventSource source = {}) noexcept {
+  return Event{source, event_kind<D>(), &detail};
 }
 
 /// What an observer learns about a shield it observes, once, before the shield's first event.
@@ -223,7 +292,7 @@ class Observer {
   virtual void on_event(const Event& event) = 0;
   /// The event kinds this observer wants, asked once when a shield is built. A shield builds no
   /// event that none of its observers wants (and runs no layer for it). Default: all of them.
-  [[nodiscard]] virtual EventKinds interests() const noexcept { return all_event_kinds; }
+  [[nodiscard]] virtual EventKinds interests() const { return EventKinds::all(); }
   /// `shield` is about to deliver its first event (see the class comment). The default does
   /// nothing. Its exceptions are swallowed and counted like on_event's.
   virtual void on_shield(ShieldInfo& shield) { (void)shield; }
@@ -248,7 +317,7 @@ class ObserverSet {
     if (!announced_.load(std::memory_order_acquire)) announce();
   }
   /// The union of the observers' interests.
-  [[nodiscard]] EventKinds interests() const noexcept { return interests_; }
+  [[nodiscard]] const EventKinds& interests() const noexcept { return interests_; }
 
   [[nodiscard]] const std::string* name() const noexcept { return name_ ? &*name_ : nullptr; }
   [[nodiscard]] std::uint64_t failures() const noexcept {
@@ -265,7 +334,7 @@ class ObserverSet {
   std::vector<std::shared_ptr<Observer>> observers_;
   std::vector<EventKinds> wants_;      ///< per observer
   mutable std::vector<void*> states_;  ///< per observer; written once, before announced_
-  EventKinds interests_ = 0;
+  EventKinds interests_;
   std::optional<std::string> name_;
   /// Weak: a breaker's pending publications hold the set, and must not keep the breaker alive.
   std::vector<std::weak_ptr<Strategy>> strategies_;
@@ -277,36 +346,13 @@ class ObserverSet {
   mutable std::exception_ptr first_failure_;
 };
 
-/// Who caused a state change of a stateful strategy: set by the strategy around the calls into its
-/// state machine that may change state, so that the change is delivered to the observers of the
-/// shield whose call caused it.
-struct TransitionSource {
+/// Where a strategy's events go when it emits them later, outside the callback that caused them
+/// (a breaker's transitions, delivered by its publication loop): the shield's observers and the
+/// strategy's position. Layer::event_origin() gives it; null `observers` when nobody listens.
+struct EventOrigin {
   const std::shared_ptr<const ObserverSet>* observers = nullptr;  ///< the causing shield's
   std::size_t strategy_index = EventSource::no_strategy;
   const Strategy* strategy = nullptr;
-  /// The state machine the scope is for: another one's changes (a call made from a hook) ignore
-  /// it.
-  const void* machine = nullptr;
-  /// Set by an asynchronous execution that can await the machine's asynchronous state-change
-  /// hooks itself: the machine sets it to true when the caller is to await them (it claimed the
-  /// hooks' lane) instead of running them to completion on a private io_context.
-  bool* lane_claim = nullptr;
-};
-inline thread_local TransitionSource tl_transition_source{};
-
-/// Marks the calling thread's calls into a state machine as caused by `source` (if observed).
-class TransitionScope {
- public:
-  explicit TransitionScope(const TransitionSource& source) noexcept
-      : previous_(tl_transition_source) {
-    tl_transition_source = source;
-  }
-  ~TransitionScope() { tl_transition_source = previous_; }
-  TransitionScope(const TransitionScope&) = delete;
-  TransitionScope& operator=(const TransitionScope&) = delete;
-
- private:
-  TransitionSource previous_;
 };
 
 }  // namespace detail

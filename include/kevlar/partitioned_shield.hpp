@@ -5,7 +5,7 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/detail/duration_format.hpp>
 #include <kevlar/detail/partition_cache.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/basic_shield.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -88,7 +88,7 @@ class PartitionedShield {
   /// Makes the shield of a key. Called once per key (again after an eviction, expiry or
   /// removal), outside every internal lock, possibly from several threads at once for different
   /// keys; may throw (the lookup then throws the same).
-  using Factory = std::function<Shield(const Key&)>;
+  using Factory = std::function<BasicShield(const Key&)>;
 
   /// Throws std::invalid_argument for max_partitions == 0, an idle_expiration <= 0 or an empty
   /// factory. Allocates nothing per key until the first lookup.
@@ -106,11 +106,11 @@ class PartitionedShield {
   /// Throws what the factory threw (every caller waiting on the same run gets the same exception
   /// object); std::logic_error when called for `key` from the factory making `key`, on the same
   /// thread; std::bad_alloc when a new partition cannot be allocated (nothing changes then).
-  [[nodiscard]] Shield get(const Key& key) { return cache_.get(key); }
+  [[nodiscard]] BasicShield get(const Key& key) { return cache_.get(key); }
 
   /// The shield of `key` if it is cached (counts as a use), else nullopt. Never runs the factory
   /// and never waits for a creation in progress. Throws nothing; never allocates.
-  [[nodiscard]] std::optional<Shield> try_get(const Key& key) noexcept {
+  [[nodiscard]] std::optional<BasicShield> try_get(const Key& key) noexcept {
     return cache_.try_get(key);
   }
 
@@ -146,7 +146,7 @@ class PartitionedShield {
   [[nodiscard]] std::size_t waiting() const noexcept { return cache_.waiting(); }
 
  private:
-  using Cache = detail::PartitionCache<Key, Shield, Hash, KeyEqual>;
+  using Cache = detail::PartitionCache<Key, BasicShield, Hash, KeyEqual>;
 
   static Factory checked(Factory factory, const PartitionedShieldOptions& o) {
     if (o.max_partitions == 0) {

@@ -342,5 +342,3 @@ using UnpairedSemaphore = BasicUnpairedSemaphore<TokenLedger>;
 }  // namespace kevlar
 
 #include <kevlar/detail/unpaired_semaphore_impl.hpp>
-// Layer::wait_in_queue: kevlar's strategies waiting in this queue.
-#include <kevlar/detail/embedded_queue_wait.hpp>

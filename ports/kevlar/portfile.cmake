@@ -18,7 +18,7 @@ get_filename_component(kevlar_checkout "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUT
 if(DEFINED ENV{KEVLAR_SOURCE_PATH} AND NOT "$ENV{KEVLAR_SOURCE_PATH}" STREQUAL "")
   file(TO_CMAKE_PATH "$ENV{KEVLAR_SOURCE_PATH}" SOURCE_PATH)
   message(STATUS "kevlar: building from KEVLAR_SOURCE_PATH=${SOURCE_PATH}")
-elseif(EXISTS "${kevlar_checkout}/Directory.cmake" AND EXISTS "${kevlar_checkout}/include/kevlar/kevlar.hpp")
+elseif(EXISTS "${kevlar_checkout}/Directory.cmake" AND EXISTS "${kevlar_checkout}/include/kevlar/basic_shield.hpp")
   set(SOURCE_PATH "${kevlar_checkout}")
   message(STATUS "kevlar: building from the checkout holding this port: ${SOURCE_PATH}")
 elseif(NOT KEVLAR_RELEASE_SHA512 STREQUAL "")

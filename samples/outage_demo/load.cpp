@@ -1,4 +1,5 @@
 #include "load.hpp"
+#include "url.hpp"
 
 #include <kevlar/http.hpp>
 
@@ -105,9 +106,11 @@ asio::awaitable<void> Load::call(Client client) {
 
 namespace {
 
-http::request<http::empty_body> make_request(Client client) {
-  http::request<http::empty_body> req{http::verb::get, "/stock/widget", 11};
-  req.set(http::field::host, "127.0.0.1");
+/// The request both clients send: the dependency's URL, with the client's name for its counts.
+http::request<http::empty_body> make_request(Client client, const asio::ip::tcp::endpoint& at) {
+  const Url url = parse_url("http://" + at.address().to_string() + ":" +
+                            std::to_string(at.port()) + "/stock/widget");
+  auto req = outage_demo::make_request(http::verb::get, url);
   req.set("X-Demo-Client", to_string(client));
   return req;
 }
@@ -118,7 +121,7 @@ http::request<http::empty_body> make_request(Client client) {
 // it takes.
 asio::awaitable<Result> Load::direct() {
   beast::tcp_stream stream(co_await asio::this_coro::executor);
-  const auto req = make_request(Client::unprotected);
+  const auto req = make_request(Client::unprotected, dependency_);
   auto [cec] = co_await stream.async_connect(dependency_, asio::as_tuple(asio::use_awaitable));
   if (cec) co_return Result::transport_error;
   auto [wec, wn] = co_await http::async_write(stream, req, asio::as_tuple(asio::use_awaitable));
@@ -136,7 +139,7 @@ asio::awaitable<Result> Load::direct() {
 // The same exchange through the shield: each attempt (re)connects and sends the request again.
 asio::awaitable<Result> Load::shielded() {
   beast::tcp_stream stream(co_await asio::this_coro::executor);
-  const auto req = make_request(Client::protected_);
+  const auto req = make_request(Client::protected_, dependency_);
   auto [ec, res] = co_await kevlar::http::async_exchange<http::string_body>(
       shield_, stream, dependency_, req, asio::as_tuple(asio::use_awaitable));
   if (!ec) co_return res.result() == http::status::ok ? Result::ok : Result::http_error;

@@ -3,8 +3,10 @@
 // and what each injection does to an asynchronous execution (what starts, what waits, what is
 // delivered). Synchronous and Asio-driven execution shapes, and threads, are in
 // chaos_execution_test.cpp.
+#include <boom.hpp>
 #include <kevlar/chaos.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 #include <kevlar/timeout.hpp>
 
@@ -204,9 +206,7 @@ TEST(ChaosDecisions, AGeneratedRateOutsideZeroToOneFailsTheExecution) {
 }
 
 TEST(ChaosDecisions, ACallbackThatThrowsBecomesTheOutcomeAndTheOperationIsNotCalled) {
-  struct Boom : std::runtime_error {
-    Boom() : std::runtime_error("boom") {}
-  };
+  using test::Boom;
   auto throws = [](Context&) -> bool { throw Boom(); };
   std::vector<ChaosFaultOptions> cases(4, fault_with(on()));
   cases[0].chaos.enabled_generator = throws;

@@ -5,6 +5,7 @@
 #include "breaker_test_support.hpp"
 
 #include <kevlar/circuit_breaker.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/descriptors.hpp>
 
 #include <core/async_ops.hpp>

@@ -4,6 +4,7 @@
 // concurrency_test.cpp.
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 
 #include <gtest/gtest.h>

@@ -2,7 +2,9 @@
 // stay pending until the test completes them: tests/support/pending_ops.hpp.)
 #pragma once
 
+#include <boom.hpp>
 #include <kevlar/circuit_breaker.hpp>
+#include <kevlar/shield.hpp>
 
 #include <core/async_ops.hpp>
 
@@ -23,9 +25,6 @@
 namespace kevlar::test {
 
 /// The failure the breaker tests throw.
-struct Boom : std::runtime_error {
-  Boom() : std::runtime_error("boom") {}
-};
 
 /// Starts an asynchronous execution of `shield` whose call completes with `ec` (and 1) on `io`,
 /// counting its calls in `*calls` if given; its completion's error lands in `got`.

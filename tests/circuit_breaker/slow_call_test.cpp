@@ -3,6 +3,7 @@
 // minimum_throughput outcomes). Time is a ManualClock that the calls themselves move forward (a
 // synchronous call "takes" what it advances), or that the strategy driver advances.
 #include <kevlar/circuit_breaker.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 
 #include <gtest/gtest.h>

@@ -194,7 +194,7 @@ TEST(StateChangePublisher, AConcurrentCallerWaitsUntilTheDelivererReachesItsChan
 struct Recorder : Observer {
   std::vector<BreakerTransition> seen;
   void on_event(const Event& event) override {
-    if (const auto* t = std::get_if<BreakerTransition>(&event.detail)) seen.push_back(*t);
+    if (const auto* t = event.get_if<BreakerTransition>()) seen.push_back(*t);
   }
 };
 
@@ -210,14 +210,14 @@ TEST(StateChangePublisher, TheCausingShieldsObserversGetTheChangeAfterTheBreaker
   const auto failure = boost::system::errc::make_error_code(boost::system::errc::timed_out);
   {
     detail::TransitionSource source;
-    source.observers = &set;
+    source.origin.observers = &set;
     source.machine = &machine;
     const detail::TransitionScope scope(source);
     p.deliver(p.enqueue(CircuitStateChange{S::closed, S::open, nullptr, failure}));
   }
   {
     detail::TransitionSource other;  // another state machine's scope: not this change's cause
-    other.observers = &set;
+    other.origin.observers = &set;
     const int another = 0;
     other.machine = &another;
     const detail::TransitionScope scope(other);

@@ -12,6 +12,7 @@
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/hedging.hpp>
 #include <kevlar/kevlar.hpp>
+#include <kevlar/queue_wait.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
 #include <gtest/gtest.h>

@@ -3,6 +3,7 @@
 // handoff's scheduling, stay in concurrency_limit_test.cpp.
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 
 #include <gtest/gtest.h>

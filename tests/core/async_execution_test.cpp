@@ -1,6 +1,7 @@
 #include "async_ops.hpp"
 #include "test_strategies.hpp"
 
+#include <boom.hpp>
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
@@ -34,9 +35,7 @@ using boost::system::error_code;
 using test::EventLog;
 using test::Recorder;
 
-struct Boom : std::runtime_error {
-  Boom() : std::runtime_error("boom") {}
-};
+using test::Boom;
 
 std::vector<Shield> shields() {
   return {Shield{}, Shield{}.use(std::make_shared<test::PassThrough>()),

@@ -1,6 +1,7 @@
 // detail::IntrusiveList, the list behind the semaphore's wait queue, the deadline queue and the
-// trampoline: order, unlinking from every position, splicing, links cleared on the way out, a
-// node in two lists through two hooks, and a randomized run against std::list.
+// trampoline, an execution's attempts and the partition cache's LRU: order, pushing at both ends,
+// unlinking from every position, splicing, links cleared on the way out, a node in two lists
+// through two hooks, and a randomized run against std::list.
 #include <kevlar/detail/intrusive_list.hpp>
 
 #include <gtest/gtest.h>
@@ -138,6 +139,33 @@ struct Operation : Waiter, Job {
   int value;
 };
 
+TEST(IntrusiveList, PushFrontPutsANodeBeforeEveryOther) {
+  Item a(1);
+  Item b(2);
+  Item c(3);
+  List list;
+  list.push_front(&b);
+  EXPECT_EQ(values(list), (std::vector<int>{2}));
+  list.push_back(&c);
+  list.push_front(&a);
+  EXPECT_EQ(values(list), (std::vector<int>{1, 2, 3}));
+  list.unlink(&a);
+  list.push_front(&a);
+  EXPECT_EQ(values(list), (std::vector<int>{1, 2, 3})) << "the front again after an unlink";
+}
+
+TEST(IntrusiveList, ForgetAllEmptiesTheListWithoutTouchingItsNodes) {
+  Item a(1);
+  Item b(2);
+  List list;
+  list.push_back(&a);
+  list.push_back(&b);
+  list.forget_all();
+  EXPECT_TRUE(list.empty());
+  EXPECT_EQ(list.back(), nullptr);
+  EXPECT_EQ(List::next(&a), &b) << "the nodes keep their links: their container ends them";
+}
+
 TEST(IntrusiveList, ANodeWithTwoHooksIsInTwoListsIndependently) {
   std::array<Operation, 3> ops{Operation(1), Operation(2), Operation(3)};
   IntrusiveList<Waiter> waiters;
@@ -185,7 +213,15 @@ TEST(IntrusiveList, RandomOperationsMatchStdList) {
     in_list[static_cast<std::size_t>(v)] = false;
   };
   for (int step = 0; step < 20000; ++step) {
-    switch (std::uniform_int_distribution<int>(0, 5)(rng)) {
+    switch (std::uniform_int_distribution<int>(0, 6)(rng)) {
+      case 6: {  // push_front
+        const int v = pick(in_list, false);
+        if (v < 0) break;
+        list.push_front(node(v));
+        model.push_front(v);
+        in_list[static_cast<std::size_t>(v)] = true;
+        break;
+      }
       case 0: {  // push_back
         const int v = pick(in_list, false);
         if (v < 0) break;

@@ -1,5 +1,6 @@
 #include "test_strategies.hpp"
 
+#include <boom.hpp>
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
@@ -27,9 +28,7 @@ namespace {
 using test::EventLog;
 using test::Recorder;
 
-struct Boom : std::runtime_error {
-  Boom() : std::runtime_error("boom") {}
-};
+using test::Boom;
 
 TEST(SyncExecution, EmptyShieldReturnsTheValue) {
   const Shield shield;

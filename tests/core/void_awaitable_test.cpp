@@ -3,6 +3,7 @@
 // inside retry, hedging and a FallbackOptions<void> fallback.
 #include "test_strategies.hpp"
 
+#include <boom.hpp>
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
@@ -29,9 +30,7 @@ namespace {
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
-struct Boom : std::runtime_error {
-  Boom() : std::runtime_error("boom") {}
-};
+using test::Boom;
 
 void rethrow(std::exception_ptr ep) {
   if (ep) std::rethrow_exception(ep);

@@ -2,6 +2,7 @@
 // (recovery_async): Kevlar's order, every execution shape, failures, and the caller's
 // cancellation reaching what they await.
 #include <kevlar/fallback.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/timeout.hpp>
 
 #include <core/async_ops.hpp>

@@ -3,6 +3,7 @@
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/fallback.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 
 #include <gtest/gtest.h>

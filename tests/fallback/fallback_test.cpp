@@ -1,8 +1,10 @@
 // Fallback: replaces handled outcomes only; hook, then recovery; their exceptions become the
 // outcome; wrong result types; reachability at build; sync and async shapes; allocations.
 #include <alloc_counter.hpp>
+#include <boom.hpp>
 #include <kevlar/fallback.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 
 #include <gtest/gtest.h>
 #include <boost/asio/append.hpp>
@@ -35,9 +37,7 @@ using namespace std::chrono_literals;
 namespace asio = boost::asio;
 using boost::system::error_code;
 
-struct Boom : std::runtime_error {
-  Boom() : std::runtime_error("boom") {}
-};
+using test::Boom;
 struct Other : std::runtime_error {
   Other() : std::runtime_error("other") {}
 };

@@ -4,6 +4,7 @@
 #include <kevlar/fallback.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 
 #include <gtest/gtest.h>
 
@@ -145,7 +146,7 @@ TEST(VoidFallback, ACallWithAValueFailsAsInvalidResultType) {
 TEST(VoidFallback, ObserversSeeTheFallbackTaken) {
   struct Seen final : Observer {
     void on_event(const Event& e) override {
-      if (std::holds_alternative<FallbackTaken>(e.detail)) ++taken;
+      if (e.is<FallbackTaken>()) ++taken;
     }
     int taken = 0;
   };

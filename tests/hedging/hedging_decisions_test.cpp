@@ -3,6 +3,7 @@
 // makes of a hedged execution. hedging_test.cpp runs the same strategy on a real io_context.
 #include <kevlar/hedging.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 
 #include <gtest/gtest.h>

@@ -109,7 +109,7 @@ TEST_F(Hedging, AnObservedHedgeReportsOneExecutionWithEveryAttempt) {
   struct Finished final : Observer {
     std::vector<ExecutionFinished> seen;
     void on_event(const Event& e) override {
-      if (const auto* f = std::get_if<ExecutionFinished>(&e.detail)) seen.push_back(*f);
+      if (const auto* f = e.get_if<ExecutionFinished>()) seen.push_back(*f);
     }
   };
   const auto observer = std::make_shared<Finished>();

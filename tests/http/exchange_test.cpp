@@ -198,7 +198,7 @@ class TestServer {
 class Attempts final : public Observer {
  public:
   void on_event(const Event&) override { ++count; }
-  [[nodiscard]] EventKinds interests() const noexcept override {
+  [[nodiscard]] EventKinds interests() const override {
     return event_kinds<AttemptStarted>();
   }
   std::atomic<int> count{0};
@@ -372,9 +372,9 @@ TEST_F(Exchange, TheBreakerOpensAfterTheConfiguredFailures) {
 class Rejections final : public Observer {
  public:
   void on_event(const Event& e) override {
-    after.push_back(std::get<Rejected>(e.detail).retry_after);
+    after.push_back(e.get_if<Rejected>()->retry_after);
   }
-  [[nodiscard]] EventKinds interests() const noexcept override { return event_kinds<Rejected>(); }
+  [[nodiscard]] EventKinds interests() const override { return event_kinds<Rejected>(); }
   std::vector<std::optional<Clock::duration>> after;
 };
 

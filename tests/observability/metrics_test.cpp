@@ -372,15 +372,18 @@ TEST_F(Metrics, RecordingAllocatesNothing) {
   const std::string name = "api";
   EventSource source;
   source.shield_name = &name;
+  const ExecutionFinished succeeded{true, {}, 3ms, 1};
+  const ExecutionFinished failed{false, {}, 30s, 2};
+  const RetryScheduled retried{1, 0ms, {}};
+  const TimeoutFired timed_out{1s};
+  const FallbackTaken fell_back{};
+  const Rejected rejected{RejectionKind::circuit_open, std::nullopt};
+  const BreakerTransition opened{CircuitState::closed, CircuitState::open, {}};
+  const LimiterStateChanged limited{1, 0};
   const Event events[] = {
-      {source, ExecutionFinished{true, {}, 3ms, 1}},
-      {source, ExecutionFinished{false, {}, 30s, 2}},
-      {source, RetryScheduled{1, 0ms, {}}},
-      {source, TimeoutFired{1s}},
-      {source, FallbackTaken{}},
-      {source, Rejected{RejectionKind::circuit_open, std::nullopt}},
-      {source, BreakerTransition{CircuitState::closed, CircuitState::open, {}}},
-      {source, LimiterStateChanged{1, 0}},
+      make_event(succeeded, source), make_event(failed, source),    make_event(retried, source),
+      make_event(timed_out, source), make_event(fell_back, source), make_event(rejected, source),
+      make_event(opened, source),    make_event(limited, source),
   };
   {
     // Events without the per-shield state (as one racing the announcement): the name lookup.

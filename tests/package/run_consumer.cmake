@@ -25,7 +25,8 @@ foreach(var IN ITEMS MODE KEVLAR_SOURCE_DIR WORK_DIR)
 endforeach()
 if(MODE STREQUAL "find_package")
   set(project_dir "${KEVLAR_SOURCE_DIR}/tests/package/consumer")
-  set(programs kevlar_consumer kevlar_observers_consumer kevlar_testing_consumer)
+  set(programs kevlar_consumer kevlar_observers_consumer kevlar_testing_consumer
+               kevlar_modules_consumer)
   if(NOT DEFINED KEVLAR_BINARY_DIR OR NOT EXISTS "${KEVLAR_BINARY_DIR}/cmake_install.cmake")
     message(FATAL_ERROR "run_consumer: -DKEVLAR_BINARY_DIR must name a configured kevlar build tree")
   endif()
@@ -83,7 +84,9 @@ endif()
 if(MODE STREQUAL "find_package")
   run("install kevlar into ${prefix}"
       "${CMAKE_COMMAND}" --install "${KEVLAR_BINARY_DIR}" --prefix "${prefix}" ${config_args})
-  foreach(expected IN ITEMS include/kevlar/kevlar.hpp include/kevlar/metrics.hpp
+  foreach(expected IN ITEMS include/kevlar/kevlar.hpp include/kevlar/shield.hpp
+                            include/kevlar/basic_shield.hpp include/kevlar/retry.hpp
+                            include/kevlar/metrics.hpp
                             include/kevlar/prometheus.hpp include/kevlar/spdlog.hpp
                             include/kevlar/http.hpp include/kevlar/testing/strategy_driver.hpp
                             include/kevlar/testing/descriptors.hpp)

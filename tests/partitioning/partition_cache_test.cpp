@@ -2,6 +2,7 @@
 // source. Needs only GoogleTest, the header and (for the LRU model test) the testing kit's model
 // runner. The threaded tests run under ThreadSanitizer in CI (label "concurrency"); nothing
 // sleeps: threads meet on latches and on the cache's waiting() count.
+#include <boom.hpp>
 #include <kevlar/detail/partition_cache.hpp>
 #include <kevlar/testing/model_runner.hpp>
 
@@ -494,9 +495,7 @@ TEST(PartitionCache, InvalidSettingsAreRefused) {
 
 // ---- the factory --------------------------------------------------------------------------------
 
-struct Boom : std::runtime_error {
-  Boom() : std::runtime_error("boom") {}
-};
+using test::Boom;
 
 TEST(PartitionCache, ThrowingFactoryCachesNothingEvictsNothingAndRunsAgainNextTime) {
   int runs = 0;

@@ -2,6 +2,7 @@
 // expiry on a ManualClock, held shields outliving their partition, allocation-free lookups, and
 // racing threads (run under ThreadSanitizer in CI, label "concurrency"; nothing sleeps).
 #include <alloc_counter.hpp>
+#include <boom.hpp>
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/concurrency_limit.hpp>
@@ -31,9 +32,7 @@ using namespace std::chrono_literals;
 using kevlar::testing::AllocScope;
 using Partitions = PartitionedShield<std::string>;
 
-struct Boom : std::runtime_error {
-  Boom() : std::runtime_error("boom") {}
-};
+using test::Boom;
 
 /// The strategy instance at the head of a shield: equal for two shields iff they share state.
 const Strategy* head_of(const Shield& s) {

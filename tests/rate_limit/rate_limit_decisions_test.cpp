@@ -3,6 +3,7 @@
 #include "rate_limit/token_bucket_model.hpp"
 
 #include <kevlar/rate_limit.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/model_runner.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 #include <kevlar/timeout.hpp>

@@ -2,6 +2,7 @@
 // in the queue, and threads hammering one limiter (these also run under ThreadSanitizer).
 #include <alloc_counter.hpp>
 #include <kevlar/rate_limit.hpp>
+#include <kevlar/shield.hpp>
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,7 @@
 // Backoff math, describe() strings, the shared duration format and option validation: all pure.
 #include <kevlar/detail/duration_format.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 
 #include <gtest/gtest.h>
 

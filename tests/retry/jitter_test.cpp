@@ -2,6 +2,7 @@
 // which kinds draw a sample, decorrelated jitter's dependence on the previous delay (in Backoff
 // and through a retrying execution on the strategy driver), caps, descriptions and bad input.
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 
 #include <gtest/gtest.h>

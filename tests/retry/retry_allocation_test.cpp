@@ -1,6 +1,7 @@
 // The retry happy path (first attempt succeeds) allocates nothing, sync and async.
 #include <alloc_counter.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 
 #include <gtest/gtest.h>
 #include <boost/asio/append.hpp>

@@ -2,6 +2,7 @@
 // the synchronous ones, the delay rules, failures that end the execution, the caller's
 // cancellation reaching what they await, and both execution shapes.
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/timeout.hpp>
 
 #include <core/async_ops.hpp>

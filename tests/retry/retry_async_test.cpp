@@ -1,7 +1,9 @@
 // Retry through Shield::execute_async: the same strategy code as the synchronous path, with backoff
 // waits on clock timers bound to the caller's cancellation. Time moves only by ManualClock::advance
 // followed by io_context::poll.
+#include <boom.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 
 #include <alloc_counter.hpp>
 
@@ -41,10 +43,7 @@ using namespace std::chrono_literals;
 namespace asio = boost::asio;
 using boost::system::error_code;
 
-struct Boom : std::runtime_error {
-  explicit Boom(int n) : std::runtime_error("boom " + std::to_string(n)), n(n) {}
-  int n;
-};
+using test::Boom;
 
 /// Completes with (ec, value) through a post.
 template <class Token>

@@ -2,6 +2,7 @@
 // when it tries again, how long it waits, when it stops, and how cancellation ends it. The
 // end-to-end behaviour through real executors stays in retry_async_test.cpp.
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 
 #include <gtest/gtest.h>

@@ -1,6 +1,8 @@
 // Retry through Shield::execute: the loop, clauses, hooks, caps and cancellation, on a
 // ManualClock (synchronous waits are released by another thread advancing the clock).
+#include <boom.hpp>
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 
 #include <gtest/gtest.h>
 #include <boost/asio/error.hpp>
@@ -26,10 +28,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 
-struct Boom : std::runtime_error {
-  explicit Boom(int n) : std::runtime_error("boom " + std::to_string(n)), n(n) {}
-  int n;
-};
+using test::Boom;
 struct Other : std::runtime_error {
   Other() : std::runtime_error("other") {}
 };

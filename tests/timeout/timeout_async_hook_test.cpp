@@ -1,5 +1,6 @@
 // The timeout's asynchronous hook (on_timeout_async): awaited after on_timeout in both execution
 // shapes; its exception becomes the outcome; the call still reports errc::timeout otherwise.
+#include <kevlar/shield.hpp>
 #include <kevlar/timeout.hpp>
 
 #include <core/async_ops.hpp>

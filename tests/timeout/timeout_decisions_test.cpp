@@ -3,6 +3,7 @@
 // success or the caller's cancellation make of it. Expiries that abort real sockets and timers, and
 // the deadline queue under threads and strands, stay in timeout_test.cpp.
 #include <kevlar/retry.hpp>
+#include <kevlar/shield.hpp>
 #include <kevlar/testing/strategy_driver.hpp>
 #include <kevlar/timeout.hpp>
 

@@ -201,8 +201,7 @@ void destroy_execution(T* self, const Alloc& alloc, std::size_t blocks) noexcept
 /// True if `ex` holds the system executor (a handler that brings no executor of its own). The
 /// usual answer, an io_context's plain executor, is tested first: any_io_executor::target() of
 /// the type it holds finds the two type names at one address, while a mismatch compares them
-/// (a strcmp with g++: the order took 26 instructions off each coroutine call through a timeout,
-/// tools/count-instructions.sh async_timeout).
+/// (a strcmp with g++; docs/benchmarks.md, "Layout decisions").
 inline bool holds_system_executor(const boost::asio::any_io_executor& ex) noexcept {
   if (ex.target<boost::asio::io_context::executor_type>() != nullptr) return false;
   return ex.target<boost::asio::system_executor>() != nullptr;

@@ -173,35 +173,4 @@ class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
   boost::system::error_code ec_;
 };
 
-template <Ledger L>
-inline constexpr bool is_unpaired_semaphore<BasicUnpairedSemaphore<L>> = true;
-
 }  // namespace kevlar::detail
-
-namespace kevlar {
-
-template <class Semaphore>
-requires detail::is_unpaired_semaphore<Semaphore>
-inline void Layer::wait_in_queue(Semaphore& semaphore) const {
-  // The pipeline keeps room for the wait (StrategyTraits::waits_in_queue) in asynchronous
-  // executions only: a synchronous one is refused on the general path.
-  if (void* storage = call_->queue_wait_storage()) [[likely]] {
-    if (boost::asio::io_context* context = detail::plain_io_context(*call_)) [[likely]] {
-      detail::EmbeddedQueueWait<Semaphore>::prepare(semaphore, *call_, *context, storage);
-      return;
-    }
-  }
-  wait_in_queue_elsewhere(semaphore);
-}
-
-template <class Semaphore>
-void Layer::wait_in_queue_elsewhere(Semaphore& semaphore) const {
-  if (call_->synchronous()) {
-    throw std::logic_error(
-        "kevlar: Layer::wait_in_queue needs an asynchronous execution (block on the semaphore's "
-        "acquire_or_error in a synchronous one)");
-  }
-  semaphore.async_acquire(queue_wait_handler());
-}
-
-}  // namespace kevlar

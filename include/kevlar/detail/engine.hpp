@@ -7,6 +7,10 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/always_inline.hpp>
+#include <kevlar/detail/attempt_group.hpp>
+#include <kevlar/detail/deferred_checks.hpp>
+#include <kevlar/detail/inline_slot.hpp>
+#include <kevlar/detail/pipeline.hpp>
 #include <kevlar/detail/trampoline.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
@@ -34,195 +38,7 @@ enum class Step : unsigned char;
 
 namespace detail {
 
-class ObserverSet;
-
-/// A layer's call of Strategy::on_inner_complete, Strategy::on_finish (see PipelineLayer).
-using InnerCompleteHook = Step (*)(Strategy& strategy, Layer& layer);
-/// See InnerCompleteHook.
-using FinishHook = void (*)(Strategy& strategy, Layer& layer) noexcept;
-/// The virtual call `strategy.on_inner_complete(layer)`: the hook of a strategy whose class the
-/// pipeline cannot see through.
-Step call_on_inner_complete(Strategy& strategy, Layer& layer);
-/// The virtual call `strategy.on_finish(layer)`, as call_on_inner_complete.
-void call_on_finish(Strategy& strategy, Layer& layer) noexcept;
-
-/// One position of a pipeline, as the engine sees it.
-struct PipelineLayer {
-  Strategy* strategy;
-  const Clause* clause;
-  std::size_t frame_offset;
-  bool judges_results;  ///< clause->judges_results(), read on every success without a hop
-  bool observer_layer = false;   ///< kevlar's attempt observer layer, not a strategy
-  /// What the shield's observers want (ObserverSet::interests), one load away; 0: unobserved.
-  EventKinds interests = 0;
-  /// How the engine calls the strategy's on_inner_complete and on_finish: a virtual call by
-  /// default, a direct one for a final class (Shield::use), nullptr for a callback the strategy
-  /// leaves to Strategy's default, which the engine then skips (StrategyTraits::needs_*).
-  InnerCompleteHook inner_complete = &call_on_inner_complete;
-  FinishHook finish = &call_on_finish;
-};
-
-/// The immutable description of a pipeline an execution runs.
-struct PipelineView {
-  const PipelineLayer* layers = nullptr;
-  std::size_t size = 0;
-  std::size_t frame_bytes = 0;  ///< per-execution scratch for all layers, max_align_t aligned
-  const Clock* clock = nullptr;
-  /// The shield's name (Shield::with_name), or nullptr: what Context::shield_name() reports.
-  const std::string* name = nullptr;
-  /// Some layer's StrategyTraits::needs_executor: refuse handlers without an executor.
-  bool needs_executor = false;
-  /// Some layer's StrategyTraits::asynchronous_only: refuse synchronous executions.
-  bool asynchronous_only = false;
-  /// One past the last layer that declares StrategyTraits::waits_in_queue (0: none). An
-  /// asynchronous execution running the layers from `first` on keeps room for one embedded queue
-  /// wait behind its frames (CallBase::queue_wait_storage) if `first` is below it: an attempt
-  /// inside a hedge that sits inside the last waiting layer keeps none.
-  std::size_t queue_waiters_end = 0;
-  /// queue_wait_size if queue_waiters_end is not 0: the room of an execution a caller started.
-  std::size_t queue_wait_bytes = 0;
-  /// The shield's observers, or nullptr when nobody listens. Emission points test the layer's
-  /// interests instead (PipelineLayer::interests). When one wants AttemptStarted, the last layer
-  /// is kevlar's attempt observer.
-  const std::shared_ptr<const ObserverSet>* observers = nullptr;
-  /// An observer wants ExecutionFinished: the engine times each execution a caller started and
-  /// emits it just before delivering (CallBase::observe_start, observe_finish).
-  bool observes_executions = false;
-  /// A synchronous execution goes straight to the walk (SyncCall::walk): the pipeline has a layer,
-  /// none is asynchronous-only, nothing observes executions, and the layers' frames fit in
-  /// sync_inline_frame_bytes. One test on Shield::execute's path instead of four.
-  bool plain_synchronous = false;
-};
-
-/// The frame storage a synchronous execution keeps on its stack; a pipeline whose frames need more
-/// takes the heap (FrameBuffer).
-inline constexpr std::size_t sync_inline_frame_bytes = 256;
-
-inline constexpr std::size_t no_layer = std::numeric_limits<std::size_t>::max();
-
-/// Bytes an asynchronous execution keeps for one embedded queue wait
-/// (detail/embedded_queue_wait.hpp checks that it fits), when a layer it runs may wait in a queue
-/// (PipelineView::queue_waiters_end).
-inline constexpr std::size_t queue_wait_size = 224;
-
-/// The bytes an asynchronous execution of `pipeline` running the layers from `first` on (0 if a
-/// caller started it) keeps behind itself: the layers' frames, then the room for an embedded
-/// queue wait if one of those layers waits in a queue.
-[[nodiscard]] inline std::size_t async_frame_bytes(const PipelineView& pipeline) noexcept {
-  return pipeline.frame_bytes + pipeline.queue_wait_bytes;
-}
-[[nodiscard]] inline std::size_t async_frame_bytes(const PipelineView& pipeline,
-                                                   std::size_t first) noexcept {
-  return pipeline.frame_bytes + (first < pipeline.queue_waiters_end ? queue_wait_size : 0);
-}
-
 class CallBase;
-
-/// Storage for one cancellation handler inside an execution: the slot kevlar's own queue waits
-/// (the concurrency limiter) bind, so that parking allocates nothing. Asio's cancellation_slot
-/// takes its handler's memory from a per-thread cache that exists only inside a running
-/// io_context, and allocates outside one.
-class InlineCancellation {
- public:
-  InlineCancellation() noexcept = default;
-  InlineCancellation(const InlineCancellation&) = delete;
-  InlineCancellation& operator=(const InlineCancellation&) = delete;
-  ~InlineCancellation() { clear(); }
-
-  template <class Handler, class... Args>
-  Handler& emplace(Args&&... args) {
-    clear();
-    Handler* h = nullptr;
-    if constexpr (sizeof(Handler) <= sizeof(buffer_) &&
-                  alignof(Handler) <= alignof(std::max_align_t)) {
-      h = ::new (static_cast<void*>(buffer_)) Handler(std::forward<Args>(args)...);
-      destroy_ = [](void* p) noexcept { static_cast<Handler*>(p)->~Handler(); };
-    } else {
-      h = new Handler(std::forward<Args>(args)...);
-      destroy_ = [](void* p) noexcept { delete static_cast<Handler*>(p); };
-    }
-    object_ = h;
-    invoke_ = [](void* p, boost::asio::cancellation_type type) {
-      (*static_cast<Handler*>(p))(type);
-    };
-    return *h;
-  }
-  void clear() noexcept {
-    if (object_ == nullptr) return;
-    void* p = std::exchange(object_, nullptr);
-    invoke_ = nullptr;
-    destroy_(p);
-  }
-  [[nodiscard]] bool has_handler() const noexcept { return object_ != nullptr; }
-  void emit(boost::asio::cancellation_type type) {
-    if (object_ != nullptr) invoke_(object_, type);
-  }
-
- private:
-  alignas(std::max_align_t) std::byte buffer_[2 * sizeof(void*)];
-  void* object_ = nullptr;
-  void (*invoke_)(void*, boost::asio::cancellation_type) = nullptr;
-  void (*destroy_)(void*) noexcept = nullptr;
-};
-
-/// A cancellation slot over an InlineCancellation, with the interface Asio operations use
-/// (is_connected, has_handler, emplace, assign, clear).
-class InlineSlot {
- public:
-  InlineSlot() noexcept = default;
-  explicit InlineSlot(InlineCancellation* storage) noexcept : storage_(storage) {}
-  [[nodiscard]] bool is_connected() const noexcept { return storage_ != nullptr; }
-  [[nodiscard]] bool has_handler() const noexcept {
-    return storage_ != nullptr && storage_->has_handler();
-  }
-  template <class Handler, class... Args>
-  Handler& emplace(Args&&... args) {
-    return storage_->emplace<Handler>(std::forward<Args>(args)...);
-  }
-  template <class Handler>
-  std::decay_t<Handler>& assign(Handler&& handler) {
-    return storage_->emplace<std::decay_t<Handler>>(std::forward<Handler>(handler));
-  }
-  void clear() noexcept {
-    if (storage_ != nullptr) storage_->clear();
-  }
-  friend bool operator==(const InlineSlot& a, const InlineSlot& b) noexcept {
-    return a.storage_ == b.storage_;
-  }
-
- private:
-  InlineCancellation* storage_ = nullptr;
-};
-
-/// One inner attempt a layer started with Layer::start_attempt: the link between the attempt's own
-/// execution (which runs the layers inside that layer and the user's operation) and the execution
-/// that started it. It lives in the attempt's execution.
-struct AttemptNode {
-  CallBase* call = nullptr;        ///< the attempt's execution
-  CallBase* parent = nullptr;      ///< the execution that started it; nullptr once detached
-  AttemptNode* next = nullptr;     ///< the parent's list of attempts still running
-  AttemptNode* next_done = nullptr;  ///< the parent's queue of completions not yet reported
-  std::uint32_t id = 0;            ///< launch position within the layer's current round
-  std::uint32_t cancel_epoch = 0;  ///< the parent's cancellation round this attempt last received
-  bool cancelled_terminally = false;  ///< a terminal cancellation reached it already
-};
-
-/// The attempts one layer of an asynchronous execution runs at once (Layer::start_attempt). While
-/// any runs, that layer is parked: its strategy returned Step::suspend and hears of each attempt
-/// through Strategy::on_attempt_complete.
-struct Attempts {
-  AttemptNode* running = nullptr;    ///< started, not completed, in launch order
-  AttemptNode* done_head = nullptr;  ///< completed, not yet reported, in completion order
-  AttemptNode* done_tail = nullptr;
-  std::uint32_t started = 0;  ///< in the current round (ids are 0 .. started - 1)
-  std::uint32_t running_count = 0;  ///< started, not yet reported (queued ones included)
-  std::uint32_t epoch = 0;    ///< cancellation rounds (see AttemptNode::cancel_epoch)
-  /// The engine is inside the parked layer (a launch, a cancellation): a completion that happens
-  /// meanwhile is queued and reported when the engine gets back to the layer.
-  bool busy = false;
-  /// An attempt was abandoned while busy: the execution is abandoned once the engine is back.
-  bool abandoned = false;
-};
 
 /// How the engine parks, or discards, the queue wait a layer prepared in the execution
 /// (detail/embedded_queue_wait.hpp, Layer::wait_in_queue).
@@ -302,76 +118,6 @@ inline thread_local const CallBase* tl_running_call = nullptr;
 /// The execution being initiated on this thread: a completion reached while it is set would run
 /// inside the initiating function, so it is posted instead.
 inline thread_local const CallBase* tl_initiating_call = nullptr;
-
-/// Checks a strategy defers until the engine entry point that requested them (a step's
-/// completion, an abandonment) returns: by then the completion's handler has run, and so has any
-/// call it started inline. The timeout's deadline queue asks there whether it became idle, so that
-/// a loop whose next call starts from the previous one's completion pays nothing for it. Each entry
-/// point runs the checks requested inside it (a nested event loop's completions run theirs before
-/// that loop returns). An initiation opens no scope: a call that ends inside its own initiation (a
-/// rejection) is rare, and its check runs at once.
-class DeferredChecks {
- public:
-  using Check = void (*)(void* arg) noexcept;
-
-  /// Runs `check(arg)` when the innermost entry point running on this thread returns, once
-  /// however often it is asked for; at once if none is running, or if too many are waiting. The
-  /// entry point is one of an execution on `arg`'s own event loop, so `arg` outlives it (a loop is
-  /// not destroyed from inside one of its handlers); forget() covers an object that ends earlier.
-  static void request(Check check, void* arg) noexcept {
-    if (depth_ == 0) {
-      check(arg);
-      return;
-    }
-    for (std::size_t i = 0; i < count_; ++i) {
-      if (pending_[i].check == check && pending_[i].arg == arg) return;
-    }
-    if (count_ == capacity) {
-      check(arg);
-      return;
-    }
-    pending_[count_++] = Entry{check, arg};
-  }
-  /// Drops this thread's pending checks of `arg` (it is being destroyed).
-  static void forget(const void* arg) noexcept {
-    for (std::size_t i = 0; i < count_; ++i) {
-      if (pending_[i].arg == arg) pending_[i].check = &skip;
-    }
-  }
-
-  /// Marks an engine entry point for the lifetime of the object.
-  class Scope {
-   public:
-    Scope() noexcept : start_(count_) { ++depth_; }
-    ~Scope() {
-      --depth_;
-      if (count_ != start_) run_from(start_);
-    }
-    Scope(const Scope&) = delete;
-    Scope& operator=(const Scope&) = delete;
-
-   private:
-    std::size_t start_;
-  };
-
- private:
-  struct Entry {
-    Check check;
-    void* arg;
-  };
-  static void skip(void*) noexcept {}
-  static constexpr std::size_t capacity = 4;
-  /// Runs the checks requested since `start` and forgets them.
-  static void run_from(std::size_t start) noexcept {
-    const std::size_t end = count_;
-    count_ = start;
-    for (std::size_t i = start; i < end; ++i) pending_[i].check(pending_[i].arg);
-  }
-
-  static inline thread_local std::size_t depth_ = 0;
-  static inline thread_local std::size_t count_ = 0;
-  static inline thread_local Entry pending_[capacity] = {};
-};
 
 /// One execution of a pipeline. The engine is a machine shared by synchronous and asynchronous
 /// executions, driven by two shells:
@@ -463,6 +209,12 @@ class CallBase : private ClockWaiter {
     // An expiry is delivered on its own (a posted job, a cut wait), possibly after the completion
     // that resumed this execution; the clock tells the truth before either has arrived.
     return resumed_ && context_->deadline_ != Clock::time_point::max() &&
+           context_->clock().now() >= context_->deadline_;
+  }
+
+  /// Synchronous executions: true if an enclosing deadline (Context::deadline) has passed.
+  [[nodiscard]] bool sync_past_deadline() const noexcept {
+    return context_->deadline_ != Clock::time_point::max() &&
            context_->clock().now() >= context_->deadline_;
   }
 

@@ -56,6 +56,19 @@ class IntrusiveList {
   }
 
   /// Inserts `n`, which is in no list, before `pos`, which is in this list (nullptr: at the back).
+  void push_front(Node* n) noexcept {
+    IntrusiveListHook<Node>& h = unlinked(n);
+    h.list_next_ = head_;
+    (head_ != nullptr ? hook(head_).list_prev_ : tail_) = n;
+    head_ = n;
+  }
+
+  /// Forgets every node without touching them: for nodes destroyed with their container.
+  void forget_all() noexcept {
+    head_ = nullptr;
+    tail_ = nullptr;
+  }
+
   void insert_before(Node* pos, Node* n) noexcept {
     if (pos == nullptr) {
       push_back(n);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <kevlar/clock.hpp>
+#include <kevlar/detail/intrusive_list.hpp>
 
 #include <array>
 #include <atomic>
@@ -248,7 +249,7 @@ class PartitionCache {
       swap(dropped, s.map);
       count_.fetch_sub(s.ready, std::memory_order_relaxed);
       s.ready = 0;
-      s.head = s.tail = nullptr;
+      s.lru.forget_all();  // its entries are in `dropped`
       publish_tail(s);
     }
     if (expires_) {
@@ -379,9 +380,7 @@ class PartitionCache {
 
   /// A map entry: being created (pending set, not linked, not counted) or cached (value set,
   /// linked into the shard's LRU list, counted).
-  struct Entry {
-    Entry* prev = nullptr;  ///< towards the most recently used
-    Entry* next = nullptr;  ///< towards the least recently used
+  struct Entry : IntrusiveListHook<Entry> {
     const StoredKey* key = nullptr;
     std::uint64_t stamp = 0;       ///< the global recency stamp of the last use
     Clock::time_point last_use{};  ///< with idle expiry only
@@ -395,8 +394,8 @@ class PartitionCache {
   struct alignas(64) Shard {
     std::mutex mutex;
     Map map;                // guarded by mutex, like every member below but the atomics
-    Entry* head = nullptr;  ///< most recently used
-    Entry* tail = nullptr;  ///< least recently used
+    /// The cached entries, most recently used first (the tail is the least recently used).
+    IntrusiveList<Entry> lru;
     std::size_t ready = 0;  ///< cached entries (the list's length)
     /// The tail's stamp and last use (no_stamp / never when empty): written under the mutex, read
     /// without it by the victim scan and the expiry bookkeeping.
@@ -438,32 +437,25 @@ class PartitionCache {
   }
 
   static void publish_tail(Shard& s) noexcept {
-    s.tail_stamp.store(s.tail ? s.tail->stamp : no_stamp, std::memory_order_relaxed);
-    s.tail_last_use.store(s.tail ? s.tail->last_use.time_since_epoch().count() : never,
+    const Entry* tail = s.lru.back();
+    s.tail_stamp.store(tail ? tail->stamp : no_stamp, std::memory_order_relaxed);
+    s.tail_last_use.store(tail ? tail->last_use.time_since_epoch().count() : never,
                           std::memory_order_relaxed);
   }
 
-  static void link_front(Shard& s, Entry& e) noexcept {
-    e.prev = nullptr;
-    e.next = s.head;
-    if (s.head != nullptr) s.head->prev = &e;
-    s.head = &e;
-    if (s.tail == nullptr) s.tail = &e;
-  }
+  static void link_front(Shard& s, Entry& e) noexcept { s.lru.push_front(&e); }
 
   static void unlink(Shard& s, Entry& e) noexcept {
-    (e.prev ? e.prev->next : s.head) = e.next;
-    (e.next ? e.next->prev : s.tail) = e.prev;
-    e.prev = e.next = nullptr;
+    s.lru.unlink(&e);
   }
 
   /// Stamps `e` as the most recent use. Under s.mutex. The last use is never earlier than the
   /// head's, so the list stays ordered by time even when threads read the clock out of order.
   void touch(Shard& s, Entry& e, Clock::time_point now) noexcept {
-    const bool was_tail = s.tail == &e;
-    if (expires_) e.last_use = s.head->last_use > now ? s.head->last_use : now;
+    const bool was_tail = s.lru.back() == &e;
+    if (expires_) e.last_use = s.lru.front()->last_use > now ? s.lru.front()->last_use : now;
     e.stamp = next_stamp(s);
-    if (s.head != &e) {
+    if (s.lru.front() != &e) {
       unlink(s, e);
       link_front(s, e);
     }
@@ -485,7 +477,7 @@ class PartitionCache {
     std::uint64_t t = tl_partition_recency + 1;
     const std::uint64_t floor = recency_floor_.load(std::memory_order_relaxed);
     if (t <= floor) t = floor + 1;
-    if (s.head != nullptr && t <= s.head->stamp) t = s.head->stamp + 1;
+    if (const Entry* head = s.lru.front(); head != nullptr && t <= head->stamp) t = head->stamp + 1;
     tl_partition_recency = t;
     if (t >= floor + recency_publish_interval) {
       // Raise only: a plain store from a thread whose counter lags could lower the floor below a
@@ -500,7 +492,7 @@ class PartitionCache {
   /// Unlinks and erases the cached entry at `it`, whose value has been moved out. Under s.mutex.
   void erase_ready(Shard& s, typename Map::iterator it) noexcept {
     Entry& e = it->second;
-    const bool was_tail = s.tail == &e;
+    const bool was_tail = s.lru.back() == &e;
     unlink(s, e);
     --s.ready;
     count_.fetch_sub(1, std::memory_order_relaxed);
@@ -511,7 +503,7 @@ class PartitionCache {
   /// Moves the tail of `s` into `out` and erases it, if it is expired at `now` (or if `now` is
   /// unset: any tail). Under s.mutex. Returns whether it did.
   bool pop_tail(Shard& s, std::optional<Value>& out, const Clock::time_point* now) noexcept {
-    Entry* t = s.tail;
+    Entry* t = s.lru.back();
     if (t == nullptr || (now != nullptr && !expired(*t, *now))) return false;
     out.emplace(std::move(*t->value));
     erase_ready(s, s.map.find(probe(t->key->key, t->key->hash)));
@@ -617,7 +609,7 @@ class PartitionCache {
       if (p.detached) return;
       if (count_.load(std::memory_order_relaxed) >= max_entries_) {
         if (oldest == nullptr) continue;  // every tail read empty: entries were removed meanwhile
-        const bool was_expired = oldest->tail != nullptr && expired(*oldest->tail, now);
+        const bool was_expired = !oldest->lru.empty() && expired(*oldest->lru.back(), now);
         if (!pop_tail(*oldest, victim, nullptr)) continue;  // emptied meanwhile: scan again
         // Expired but not swept yet: a sweep another thread runs had not reached it.
         (was_expired ? evicted_by_expiry_ : evicted_by_capacity_)
@@ -625,9 +617,10 @@ class PartitionCache {
       }  // the count is now below the bound: it was at most the bound
       e.pending.reset();
       e.value.emplace(v);
-      if (expires_) e.last_use = s.head && s.head->last_use > now ? s.head->last_use : now;
+      const Entry* head = s.lru.front();
+      if (expires_) e.last_use = head && head->last_use > now ? head->last_use : now;
       e.stamp = next_stamp(s);
-      const bool was_empty = s.head == nullptr;
+      const bool was_empty = head == nullptr;
       link_front(s, e);
       ++s.ready;
       count_.fetch_add(1, std::memory_order_relaxed);

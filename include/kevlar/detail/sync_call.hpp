@@ -105,9 +105,8 @@ class SyncCall final : public CallBase {
   /// layer's later round is declined once an enclosing deadline has passed (walk_layer's
   /// `Again`).
   /// The shell walks that subset with each layer in a C++ frame of its own, so the depth lives on
-  /// the stack and the compiler keeps it in a register: driving it through advance() was measured
-  /// at 245 instructions for one pass-through layer against 185 with this walk
-  /// (tools/count-instructions.sh, pass_through, when the machine was split out). Compiled here
+  /// the stack and the compiler keeps it in a register (cheaper than driving advance(): see
+  /// docs/benchmarks.md, "Layout decisions"). Compiled here
   /// for the call's type, the walk calls the user's function directly, not through the virtual
   /// invoke_operation(), and in an optimised build its outermost layer inlines into the caller
   /// of walk(): with g++ 12 the whole one-layer execution is one function, Shield::execute's
@@ -179,11 +178,8 @@ class SyncCall final : public CallBase {
   /// handed to all its callbacks. The outer `Inlined` + 1 levels are inlined into the caller, the
   /// deeper ones are calls of run_layer(). walk() inlines one level and run_layer(), a function
   /// of its own, the next two: the one-layer call keeps the few registers one level needs, and a
-  /// deeper pipeline pays one call. Measured with tools/count-instructions.sh (g++ 12; one
-  /// pass-through layer / timeout -> retry -> breaker / the latter with the metrics observer,
-  /// instructions per call): this split 120 / 418 / 726; run_layer() inlining three levels,
-  /// 120 / 419 / 711; walk() inlining three with run_layer() one, 124 / 405 / 709 (the one-layer
-  /// call then saves two more registers). Each inlined level is one more copy of the dispatchers
+  /// deeper pipeline pays one call (the split the counts chose: docs/benchmarks.md, "Layout
+  /// decisions"). Each inlined level is one more copy of the dispatchers
   /// per call type. An unoptimised build inlines none of this (KEVLAR_DETAIL_ALWAYS_INLINE): each
   /// level is a function of its own there.
   ///

@@ -1,8 +1,13 @@
 // The metrics observer: sharded counters, fixed-bucket histograms, gauges read from strategies.
+#include <kevlar/chaos.hpp>
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/concurrency_limit.hpp>
+#include <kevlar/fallback.hpp>
+#include <kevlar/hedging.hpp>
 #include <kevlar/metrics.hpp>
 #include <kevlar/rate_limit.hpp>
+#include <kevlar/retry.hpp>
+#include <kevlar/timeout.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -248,7 +253,7 @@ MetricsObserver::Group* MetricsObserver::group(const std::string* name) noexcept
   }
 }
 
-EventKinds MetricsObserver::interests() const noexcept {
+EventKinds MetricsObserver::interests() const {
   return event_kinds<ExecutionFinished, RetryScheduled, TimeoutFired, FallbackTaken, Rejected,
                      BreakerTransition, HedgeLaunched, ChaosInjected>();
 }
@@ -293,12 +298,11 @@ void MetricsObserver::on_shield(ShieldInfo& shield) {
 }
 
 void MetricsObserver::on_event(const Event& event) noexcept {
-  const Event::Detail& d = event.detail;
-  if (const auto* t = std::get_if<BreakerTransition>(&d)) {
+  if (const auto* t = event.get_if<BreakerTransition>()) {
     transitions_.add(static_cast<std::size_t>(t->from) * 4 + static_cast<std::size_t>(t->to), 1);
     return;
   }
-  if (const auto* c = std::get_if<ChaosInjected>(&d)) {
+  if (const auto* c = event.get_if<ChaosInjected>()) {
     count_injection(event.source.shield_name, *c);
     return;
   }
@@ -307,36 +311,30 @@ void MetricsObserver::on_event(const Event& event) noexcept {
   Group* g = static_cast<Group*>(event.source.observer_state);
   if (g == nullptr && (g = group(event.source.shield_name)) == nullptr) return;
   std::size_t slot;
-  switch (d.index()) {
-    case 0: {  // ExecutionFinished
-      const auto& e = *std::get_if<ExecutionFinished>(&d);
-      const std::int64_t ticks = std::max<std::int64_t>(e.duration.count(), 0);
-      const std::size_t nb = bounds_ns_.size();
-      // Linear from the smallest bound: most calls land in the first buckets.
-      std::size_t bucket = 0;
-      while (bucket < nb && bounds_ns_[bucket] < ticks) ++bucket;
-      std::atomic<std::uint64_t>* h = g->counters.local() + histograms + (e.success ? 0 : nb + 2);
-      h[bucket].fetch_add(1, std::memory_order_relaxed);
-      h[nb + 1].fetch_add(static_cast<std::uint64_t>(ticks), std::memory_order_relaxed);
-      return;
-    }
-    case 2:  // RetryScheduled
-      slot = retries;
-      break;
-    case 3:  // TimeoutFired
-      slot = timeouts;
-      break;
-    case 4:  // FallbackTaken
-      slot = fallbacks;
-      break;
-    case 5:  // Rejected
-      slot = rejections + static_cast<std::size_t>(std::get_if<Rejected>(&d)->kind);
-      break;
-    case 8:  // HedgeLaunched
-      slot = hedges;
-      break;
-    default:  // AttemptStarted, LimiterStateChanged: the gauges are read from the strategies
-      return;
+  if (const auto* e = event.get_if<ExecutionFinished>()) {
+    const std::int64_t ticks = std::max<std::int64_t>(e->duration.count(), 0);
+    const std::size_t nb = bounds_ns_.size();
+    // Linear from the smallest bound: most calls land in the first buckets.
+    std::size_t bucket = 0;
+    while (bucket < nb && bounds_ns_[bucket] < ticks) ++bucket;
+    std::atomic<std::uint64_t>* h = g->counters.local() + histograms + (e->success ? 0 : nb + 2);
+    h[bucket].fetch_add(1, std::memory_order_relaxed);
+    h[nb + 1].fetch_add(static_cast<std::uint64_t>(ticks), std::memory_order_relaxed);
+    return;
+  }
+  if (event.is<RetryScheduled>()) {
+    slot = retries;
+  } else if (event.is<TimeoutFired>()) {
+    slot = timeouts;
+  } else if (event.is<FallbackTaken>()) {
+    slot = fallbacks;
+  } else if (const auto* r = event.get_if<Rejected>()) {
+    slot = rejections + static_cast<std::size_t>(r->kind);
+  } else if (event.is<HedgeLaunched>()) {
+    slot = hedges;
+  } else {  // AttemptStarted, LimiterStateChanged (the gauges are read from the strategies), and
+            // kinds this observer does not know
+    return;
   }
   g->counters.add(slot, 1);
 }
@@ -367,9 +365,6 @@ void MetricsObserver::count_injection(const std::string* shield_name,
 }
 
 MetricsSnapshot MetricsObserver::snapshot() const {
-  static_assert(std::is_same_v<std::variant_alternative_t<0, Event::Detail>, ExecutionFinished>);
-  static_assert(std::is_same_v<std::variant_alternative_t<5, Event::Detail>, Rejected>);
-  static_assert(std::is_same_v<std::variant_alternative_t<8, Event::Detail>, HedgeLaunched>);
   // Groups ordered by name (the unnamed one first), so that the output is stable.
   std::vector<const Group*> groups;
   for (const Group* g = groups_.load(std::memory_order_acquire); g != nullptr; g = g->next) {

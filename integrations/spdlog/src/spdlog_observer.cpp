@@ -1,7 +1,13 @@
 // The spdlog observer: one key=value line per event, repeated events summarised per window.
+#include <kevlar/chaos.hpp>
 #include <kevlar/circuit_breaker.hpp>
+#include <kevlar/concurrency_limit.hpp>
+#include <kevlar/fallback.hpp>
+#include <kevlar/hedging.hpp>
+#include <kevlar/retry.hpp>
 #include <kevlar/spdlog.hpp>
 #include <kevlar/strategy.hpp>
+#include <kevlar/timeout.hpp>
 
 #include <spdlog/logger.h>
 
@@ -17,35 +23,33 @@ namespace {
 
 using spdlog::level::level_enum;
 
-constexpr const char* event_names[] = {
-    "execution_finished", "attempt_started",    "retry_scheduled", "timeout_fired",
-    "fallback_taken",     "rejected",           "breaker_transition",
-    "limiter_state_changed", "hedge_launched", "chaos_injected"};
-static_assert(std::size(event_names) == std::variant_size_v<Event::Detail>);
-
-level_enum level_of(const Event::Detail& d) {
-  switch (d.index()) {
-    case 0:
-      return std::get_if<ExecutionFinished>(&d)->success ? level_enum::debug : level_enum::err;
-    case 1:
-    case 7:
-      return level_enum::debug;
-    case 2:
-    case 4:
-      return level_enum::info;
-    case 3:
-    case 5:
-      return level_enum::warn;
-    case 6: {
-      const CircuitState to = std::get_if<BreakerTransition>(&d)->to;
-      return to == CircuitState::open || to == CircuitState::isolated ? level_enum::warn
-                                                                       : level_enum::info;
+/// The name a line gives an event's kind: its type's name in snake case (`RetryScheduled` ->
+/// `retry_scheduled`), for kevlar's events and any other.
+void append_event_name(fmt::memory_buffer& out, std::string_view name) {
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (c >= 'A' && c <= 'Z') {
+      if (i != 0) out.push_back('_');
+      out.push_back(static_cast<char>(c - 'A' + 'a'));
+    } else {
+      out.push_back(c);
     }
-    case 9:  // ChaosInjected: deliberate, but an operator must see it in the logs
-      return level_enum::warn;
-    default:
-      return level_enum::info;
   }
+}
+
+level_enum level_of(const Event& e) {
+  if (const auto* f = e.get_if<ExecutionFinished>()) {
+    return f->success ? level_enum::debug : level_enum::err;
+  }
+  if (e.is<AttemptStarted>() || e.is<LimiterStateChanged>()) return level_enum::debug;
+  if (e.is<RetryScheduled>() || e.is<FallbackTaken>()) return level_enum::info;
+  if (e.is<TimeoutFired>() || e.is<Rejected>()) return level_enum::warn;
+  if (const auto* t = e.get_if<BreakerTransition>()) {
+    return t->to == CircuitState::open || t->to == CircuitState::isolated ? level_enum::warn
+                                                                          : level_enum::info;
+  }
+  if (e.is<ChaosInjected>()) return level_enum::warn;  // deliberate, but an operator must see it
+  return level_enum::info;
 }
 
 /// 250ms, 1.5s, 12.345us, 0s: the largest unit that keeps the value at least 1, up to 3 decimals.
@@ -126,7 +130,8 @@ void append_failure(fmt::memory_buffer& out, const Failure& f) {
 }
 
 void append_source(fmt::memory_buffer& out, const Event& e) {
-  fmt::format_to(std::back_inserter(out), "kevlar event={}", event_names[e.detail.index()]);
+  fmt::format_to(std::back_inserter(out), "kevlar event=");
+  append_event_name(out, e.kind.name());
   if (e.source.shield_name != nullptr) append_field(out, "shield", *e.source.shield_name);
   if (e.source.strategy != nullptr) {
     append_field(out, "strategy", e.source.strategy->describe());
@@ -137,45 +142,41 @@ void append_source(fmt::memory_buffer& out, const Event& e) {
 void format_event(fmt::memory_buffer& out, const Event& event) {
   append_source(out, event);
   const auto it = std::back_inserter(out);
-  std::visit(
-      [&](const auto& d) {
-        using T = std::decay_t<decltype(d)>;
-        if constexpr (std::is_same_v<T, ExecutionFinished>) {
-          fmt::format_to(it, " outcome={} duration=", d.success ? "success" : "failure");
-          append_duration(out, d.duration);
-          fmt::format_to(it, " attempts={}", d.attempts);
-          if (!d.success) append_failure(out, d.failure);
-        } else if constexpr (std::is_same_v<T, AttemptStarted>) {
-          fmt::format_to(it, " attempt={}", d.attempt);
-        } else if constexpr (std::is_same_v<T, RetryScheduled>) {
-          fmt::format_to(it, " retry={} delay=", d.retry);
-          append_duration(out, d.delay);
-          append_failure(out, d.failure);
-        } else if constexpr (std::is_same_v<T, TimeoutFired>) {
-          fmt::format_to(it, " timeout=");
-          append_duration(out, d.timeout);
-        } else if constexpr (std::is_same_v<T, FallbackTaken>) {
-          append_failure(out, d.failure);
-        } else if constexpr (std::is_same_v<T, Rejected>) {
-          fmt::format_to(it, " rejection.type={}", to_string(d.kind));
-          if (d.retry_after) {
-            fmt::format_to(it, " retry_after=");
-            append_duration(out, *d.retry_after);
-          }
-        } else if constexpr (std::is_same_v<T, BreakerTransition>) {
-          fmt::format_to(it, " from={} to={}", to_string(d.from), to_string(d.to));
-          append_failure(out, d.failure);
-        } else if constexpr (std::is_same_v<T, LimiterStateChanged>) {
-          fmt::format_to(it, " running={} queued={}", d.running, d.queued);
-        } else if constexpr (std::is_same_v<T, HedgeLaunched>) {
-          fmt::format_to(it, " attempt={}", d.attempt);
-        } else if constexpr (std::is_same_v<T, ChaosInjected>) {
-          fmt::format_to(it, " chaos.kind={}", to_string(d.kind));
-          if (!d.operation.empty()) append_field(out, "chaos.operation", d.operation);
-          if (!d.environment.empty()) append_field(out, "chaos.environment", d.environment);
-        }
-      },
-      event.detail);
+  if (const auto* d = event.get_if<ExecutionFinished>()) {
+    fmt::format_to(it, " outcome={} duration=", d->success ? "success" : "failure");
+    append_duration(out, d->duration);
+    fmt::format_to(it, " attempts={}", d->attempts);
+    if (!d->success) append_failure(out, d->failure);
+  } else if (const auto* a = event.get_if<AttemptStarted>()) {
+    fmt::format_to(it, " attempt={}", a->attempt);
+  } else if (const auto* r = event.get_if<RetryScheduled>()) {
+    fmt::format_to(it, " retry={} delay=", r->retry);
+    append_duration(out, r->delay);
+    append_failure(out, r->failure);
+  } else if (const auto* t = event.get_if<TimeoutFired>()) {
+    fmt::format_to(it, " timeout=");
+    append_duration(out, t->timeout);
+  } else if (const auto* f = event.get_if<FallbackTaken>()) {
+    append_failure(out, f->failure);
+  } else if (const auto* j = event.get_if<Rejected>()) {
+    fmt::format_to(it, " rejection.type={}", to_string(j->kind));
+    if (j->retry_after) {
+      fmt::format_to(it, " retry_after=");
+      append_duration(out, *j->retry_after);
+    }
+  } else if (const auto* b = event.get_if<BreakerTransition>()) {
+    fmt::format_to(it, " from={} to={}", to_string(b->from), to_string(b->to));
+    append_failure(out, b->failure);
+  } else if (const auto* l = event.get_if<LimiterStateChanged>()) {
+    fmt::format_to(it, " running={} queued={}", l->running, l->queued);
+  } else if (const auto* h = event.get_if<HedgeLaunched>()) {
+    fmt::format_to(it, " attempt={}", h->attempt);
+  } else if (const auto* c = event.get_if<ChaosInjected>()) {
+    fmt::format_to(it, " chaos.kind={}", to_string(c->kind));
+    if (!c->operation.empty()) append_field(out, "chaos.operation", c->operation);
+    if (!c->environment.empty()) append_field(out, "chaos.environment", c->environment);
+  }
+  // Another kind (a user strategy's own event): its source alone.
 }
 
 }  // namespace
@@ -185,7 +186,7 @@ void format_event(fmt::memory_buffer& out, const Event& event) {
 
 /// One summary window: the events of one kind (and outcome), shield and strategy.
 struct SpdlogObserver::Window {
-  std::size_t kind;
+  EventKind kind;
   bool success;
   const void* shield_tag;  ///< the announced shield, or nullptr (then the name tells shields apart)
   std::string shield;      ///< empty and !named for an unnamed shield
@@ -196,7 +197,7 @@ struct SpdlogObserver::Window {
   std::uint64_t suppressed = 0;
   std::string head;  ///< the line's "kevlar event=... strategy.index=..." part, for the summary
 
-  [[nodiscard]] bool is(std::size_t k, bool ok, const Event& e) const noexcept {
+  [[nodiscard]] bool is(const EventKind& k, bool ok, const Event& e) const noexcept {
     if (kind != k || success != ok || strategy_index != e.source.strategy_index) return false;
     if (shield_tag != nullptr || e.source.observer_state != nullptr) {
       return shield_tag == e.source.observer_state;
@@ -285,16 +286,17 @@ void SpdlogObserver::collect_due(Clock::time_point now, std::vector<Pending>& pe
 }
 
 void SpdlogObserver::on_event(const Event& event) {
-  const level_enum level = level_of(event.detail);
+  const level_enum level = level_of(event);
   if (!logger_->should_log(level)) return;
-  const std::size_t kind = event.detail.index();
+  const EventKind& kind = event.kind;
   std::vector<Pending> pending;
   bool write = true;
   if (options_.summarize) {
-    const bool ok = kind == 0 && std::get_if<ExecutionFinished>(&event.detail)->success;
+    const auto* finished = event.get_if<ExecutionFinished>();
+    const bool ok = finished != nullptr && finished->success;
     const std::lock_guard lock(mutex_);
     const Clock::time_point now = clock_->now();
-    if (kind != 6) {  // breaker transitions are always written
+    if (!event.is<BreakerTransition>()) {  // breaker transitions are always written
       auto w = std::find_if(windows_.begin(), windows_.end(),
                             [&](const Window& x) { return x.is(kind, ok, event); });
       if (w == windows_.end()) {

@@ -14,6 +14,20 @@
 
 namespace kevlar {
 
+const char* to_string(ChaosKind kind) noexcept {
+  switch (kind) {
+    case ChaosKind::latency:
+      return "latency";
+    case ChaosKind::fault:
+      return "fault";
+    case ChaosKind::outcome:
+      return "outcome";
+    case ChaosKind::behavior:
+      return "behavior";
+  }
+  return "unknown";
+}
+
 namespace {
 
 /// The golden-ratio increment of SplitMix64.
@@ -362,19 +376,19 @@ Step ChaosScopeCaptureStrategy::on_start(Layer& layer) {
 
 namespace chaos {
 
-Shield latency(ChaosLatencyOptions options) {
-  return Shield{}.use(std::make_shared<ChaosLatencyStrategy>(std::move(options)));
+BasicShield latency(ChaosLatencyOptions options) {
+  return BasicShield{}.use(std::make_shared<ChaosLatencyStrategy>(std::move(options)));
 }
 
-Shield fault(ChaosFaultOptions options) {
-  return Shield{}.use(std::make_shared<ChaosFaultStrategy>(std::move(options)));
+BasicShield fault(ChaosFaultOptions options) {
+  return BasicShield{}.use(std::make_shared<ChaosFaultStrategy>(std::move(options)));
 }
 
-Shield behavior(ChaosBehaviorOptions options) {
-  return Shield{}.use(std::make_shared<ChaosBehaviorStrategy>(std::move(options)));
+BasicShield behavior(ChaosBehaviorOptions options) {
+  return BasicShield{}.use(std::make_shared<ChaosBehaviorStrategy>(std::move(options)));
 }
 
-Shield capture_scope() { return Shield{}.use(std::make_shared<ChaosScopeCaptureStrategy>()); }
+BasicShield capture_scope() { return BasicShield{}.use(std::make_shared<ChaosScopeCaptureStrategy>()); }
 
 }  // namespace chaos
 

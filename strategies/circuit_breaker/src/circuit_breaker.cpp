@@ -76,7 +76,9 @@ StrategyTraits CircuitBreaker::strategy_traits() const noexcept {
 
 detail::TransitionSource CircuitBreaker::transition_source(const Layer& layer,
                                                            bool* lane_claim) const noexcept {
-  detail::TransitionSource s = layer.transition_source();
+  detail::TransitionSource s;
+  // Only an observed shield that wants the transitions hears of them.
+  if (layer.wants<BreakerTransition>()) s.origin = layer.event_origin();
   s.machine = &core_;
   // An asynchronous execution awaits the state-change hooks itself, if they come to it.
   if (lane_claim != nullptr && !layer.synchronous() && core_.options().on_state_changed_async) {
@@ -331,17 +333,18 @@ void CircuitBreaker::settle(Frame& f) noexcept {
   }
 }
 
-// ---- Shield entry points ---------------------------------------------------------------------
+// ---- factories ----------------------------------------------------------------------------------
 
-Shield Shield::circuit_breaker(int consecutive_failures, Clock::duration break_duration) const {
+std::shared_ptr<CircuitBreaker> circuit_breaker(int consecutive_failures,
+                                                Clock::duration break_duration) {
   CircuitBreakerOptions o;
   o.consecutive_failures = consecutive_failures;
   o.break_duration = break_duration;
-  return use(CircuitBreaker::create(o));
+  return CircuitBreaker::create(o);
 }
 
-Shield Shield::circuit_breaker(const CircuitBreakerOptions& options) const {
-  return use(CircuitBreaker::create(options));
+std::shared_ptr<CircuitBreaker> circuit_breaker(const CircuitBreakerOptions& options) {
+  return CircuitBreaker::create(options);
 }
 
 }  // namespace kevlar

@@ -33,10 +33,11 @@ std::uint64_t StateChangePublisher::enqueue(const CircuitStateChange& change) {
   const bool reentrant = publishing_ && publisher_ == std::this_thread::get_id();
   // The causing call's shield, if observed (set by the strategy around its calls into the core).
   const TransitionSource& tl = tl_transition_source;
-  const bool ours = tl.machine == machine_ && tl.observers != nullptr;
-  queue_.push_back(
-      Event{change, seq, reentrant ? delivering_owner_ : seq, ours ? *tl.observers : nullptr,
-            ours ? tl.strategy_index : EventSource::no_strategy, ours ? tl.strategy : nullptr});
+  const bool ours = tl.machine == machine_ && tl.origin.observers != nullptr;
+  queue_.push_back(Event{change, seq, reentrant ? delivering_owner_ : seq,
+                         ours ? *tl.origin.observers : nullptr,
+                         ours ? tl.origin.strategy_index : EventSource::no_strategy,
+                         ours ? tl.origin.strategy : nullptr});
   ++next_seq_;
   return seq;
 }
@@ -66,7 +67,8 @@ std::vector<std::exception_ptr> StateChangePublisher::notify(const std::vector<O
     if (e.change.to == CircuitState::open) {
       failure = kevlar::Failure{e.change.last_error, e.change.last_exception};
     }
-    kevlar::Event event{source, BreakerTransition{e.change.from, e.change.to, failure}};
+    const BreakerTransition transition{e.change.from, e.change.to, failure};
+    kevlar::Event event = make_event(transition, source);
     e.shield_observers->deliver(event);
   }
   return failed;

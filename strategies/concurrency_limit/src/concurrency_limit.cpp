@@ -144,15 +144,15 @@ void ConcurrencyLimitStrategy::finish(Layer& layer, Frame& f) noexcept {
   if (f.phase == Phase::holding) semaphore_.release();  // abandoned while holding
 }
 
-Shield Shield::concurrency_limit(int max_concurrency, int max_queue) const {
+std::shared_ptr<ConcurrencyLimitStrategy> concurrency_limit(int max_concurrency, int max_queue) {
   ConcurrencyLimitOptions options;
   options.max_concurrency = max_concurrency;
   options.max_queue = max_queue;
-  return concurrency_limit(options);
+  return std::make_shared<ConcurrencyLimitStrategy>(std::move(options));
 }
 
-Shield Shield::concurrency_limit(const ConcurrencyLimitOptions& options) const {
-  return use(std::make_shared<ConcurrencyLimitStrategy>(options));
+std::shared_ptr<ConcurrencyLimitStrategy> concurrency_limit(ConcurrencyLimitOptions options) {
+  return std::make_shared<ConcurrencyLimitStrategy>(std::move(options));
 }
 
 }  // namespace kevlar

@@ -128,15 +128,15 @@ void HedgeStrategy::disarm(Frame& f) noexcept {
   f.armed = false;
 }
 
-Shield Shield::hedge(std::uint32_t max_attempts, Clock::duration delay) const {
+std::shared_ptr<HedgeStrategy> hedge(std::uint32_t max_attempts, Clock::duration delay) {
   HedgeOptions options;
   options.max_attempts = max_attempts;
   options.delay = delay;
-  return hedge(options);
+  return std::make_shared<HedgeStrategy>(std::move(options));
 }
 
-Shield Shield::hedge(const HedgeOptions& options) const {
-  return use(std::make_shared<HedgeStrategy>(options));
+std::shared_ptr<HedgeStrategy> hedge(HedgeOptions options) {
+  return std::make_shared<HedgeStrategy>(std::move(options));
 }
 
 }  // namespace kevlar

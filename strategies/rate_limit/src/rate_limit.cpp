@@ -358,15 +358,15 @@ Step RateLimitStrategy::reject(Layer& layer, Frame& f, Clock::duration retry_aft
                                      [&f] { f.phase = Phase::rejecting; });
 }
 
-Shield Shield::rate_limit(int permits, Clock::duration window) const {
+std::shared_ptr<RateLimitStrategy> rate_limit(int permits, Clock::duration window) {
   RateLimitOptions options;
   options.permits = permits;
   options.window = window;
-  return rate_limit(options);
+  return std::make_shared<RateLimitStrategy>(std::move(options));
 }
 
-Shield Shield::rate_limit(const RateLimitOptions& options) const {
-  return use(std::make_shared<RateLimitStrategy>(options));
+std::shared_ptr<RateLimitStrategy> rate_limit(RateLimitOptions options) {
+  return std::make_shared<RateLimitStrategy>(std::move(options));
 }
 
 }  // namespace kevlar

@@ -105,8 +105,7 @@ Step TimeoutStrategy::start(Layer& layer, Frame& f) {
 
 Step TimeoutStrategy::inner_complete(Layer& layer, Frame& f) {
   // The asynchronous half apart, so that no call returns here and a synchronous execution saves
-  // no register: the split took 10 instructions off a one-timeout call
-  // (tools/count-instructions.sh, timeout).
+  // no register (docs/benchmarks.md, "Layout decisions").
   if (!layer.synchronous()) return inner_complete_async(layer, f);
   restore_synchronous(layer, f);
   if (layer.outcome().has_value()) return Step::complete;  // a success passes unchanged
@@ -169,14 +168,14 @@ void TimeoutStrategy::release_idle_timers(boost::asio::execution_context& ctx) n
   detail::release_idle_deadline_timers(ctx);
 }
 
-Shield Shield::timeout(Clock::duration timeout) const {
+std::shared_ptr<TimeoutStrategy> timeout(Clock::duration timeout) {
   TimeoutOptions options;
   options.timeout = timeout;
-  return this->timeout(options);
+  return std::make_shared<TimeoutStrategy>(std::move(options));
 }
 
-Shield Shield::timeout(const TimeoutOptions& options) const {
-  return use(std::make_shared<TimeoutStrategy>(options));
+std::shared_ptr<TimeoutStrategy> timeout(TimeoutOptions options) {
+  return std::make_shared<TimeoutStrategy>(std::move(options));
 }
 
 }  // namespace kevlar

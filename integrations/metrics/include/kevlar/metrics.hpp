@@ -144,6 +144,8 @@ class ShardedCounters {
 /// injections are the exception, deliberate and rare: they are counted under a mutex, and the
 /// first injection of each (name, kind, operation, environment) allocates its series.
 /// Thread-safety: on_event, on_shield and snapshot may run concurrently from any threads.
+struct ChaosInjected;
+
 class MetricsObserver final : public Observer {
  public:
   /// Throws std::invalid_argument naming the option for invalid `options`.
@@ -162,7 +164,7 @@ class MetricsObserver final : public Observer {
   /// injections: attempts and
   /// limiter accounting are not needed (gauges are read from the strategies), so an observed
   /// shield does not build them.
-  [[nodiscard]] EventKinds interests() const noexcept override;
+  [[nodiscard]] EventKinds interests() const override;
 
   /// Every series, summed over the shards; gauges read now. Allocates; takes the gauge lock.
   [[nodiscard]] MetricsSnapshot snapshot() const;

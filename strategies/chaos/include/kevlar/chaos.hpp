@@ -6,7 +6,8 @@
 #include <kevlar/context.hpp>
 #include <kevlar/detail/await_hook.hpp>
 #include <kevlar/error.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/observer.hpp>
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -28,8 +29,25 @@
 
 namespace kevlar {
 
-// ChaosKind and the ChaosInjected event are declared in <kevlar/observer.hpp>, with the other
-// events.
+/// What a chaos strategy injects.
+enum class ChaosKind : unsigned char {
+  latency,   ///< a wait before the call
+  fault,     ///< a failure instead of the call
+  outcome,   ///< a result instead of the call
+  behavior,  ///< a user callback before the call
+};
+
+/// `latency`, `fault`, `outcome` or `behavior` (the metric tag values).
+[[nodiscard]] const char* to_string(ChaosKind kind) noexcept;
+
+/// A chaos strategy injected something (after its on_injected hook, before the injection takes
+/// effect): an event (Layer::emit, Observer).
+struct ChaosInjected {
+  static constexpr std::string_view kevlar_event = "ChaosInjected";
+  ChaosKind kind = ChaosKind::fault;
+  std::string operation;    ///< the execution's chaos scope's operation ("" when none)
+  std::string environment;  ///< the execution's chaos scope's environment ("" when none)
+};
 
 /// The operation and environment a call runs in, as chaos options match them
 /// (ChaosOptions::operation, ChaosOptions::environment). Unset values match no option that names
@@ -190,7 +208,7 @@ struct ChaosLatencyOptions {
   std::function<Clock::duration(Context&)> delay_generator;
 
   /// The longest injected wait (2^32 - 2 ms, about 49.7 days).
-  static constexpr Clock::duration max_delay = std::chrono::milliseconds(4294967294LL);
+  static constexpr Clock::duration max_delay = kevlar::max_duration;
 };
 
 /// Injects latency: an injected execution waits on the shield's clock, then runs the inner part.
@@ -416,18 +434,18 @@ class ChaosScopeCaptureStrategy final : public Strategy {
 namespace chaos {
 
 /// A shield that injects latency.
-[[nodiscard]] Shield latency(ChaosLatencyOptions options);
+[[nodiscard]] BasicShield latency(ChaosLatencyOptions options);
 /// A shield that injects faults.
-[[nodiscard]] Shield fault(ChaosFaultOptions options);
+[[nodiscard]] BasicShield fault(ChaosFaultOptions options);
 /// A shield that injects results of type T.
 template <class T>
-[[nodiscard]] Shield outcome(ChaosOutcomeOptions<T> options) {
-  return Shield{}.use(std::make_shared<ChaosOutcomeStrategy<T>>(std::move(options)));
+[[nodiscard]] BasicShield outcome(ChaosOutcomeOptions<T> options) {
+  return BasicShield{}.use(std::make_shared<ChaosOutcomeStrategy<T>>(std::move(options)));
 }
 /// A shield that injects behaviour.
-[[nodiscard]] Shield behavior(ChaosBehaviorOptions options);
+[[nodiscard]] BasicShield behavior(ChaosBehaviorOptions options);
 /// A shield that records each execution's chaos scope (ChaosScopeCaptureStrategy).
-[[nodiscard]] Shield capture_scope();
+[[nodiscard]] BasicShield capture_scope();
 
 }  // namespace chaos
 

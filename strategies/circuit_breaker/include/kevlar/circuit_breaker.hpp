@@ -6,7 +6,7 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/await_hook.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <boost/system/error_code.hpp>
@@ -163,5 +163,13 @@ class CircuitBreaker final : public BasicStrategy<CircuitBreaker, detail::Breake
   CircuitBreakerCore core_;
   std::shared_ptr<const Clause> own_clause_;  ///< options().handles
 };
+
+/// A circuit breaker opening after `consecutive_failures` handled failures in a row, for
+/// `break_duration`. Add it with BasicShield::use or with (`kevlar::Shield::circuit_breaker` is
+/// the fluent form); keep the pointer to read its state or reset it.
+[[nodiscard]] std::shared_ptr<CircuitBreaker> circuit_breaker(int consecutive_failures,
+                                                              Clock::duration break_duration);
+/// A circuit breaker configured by `options` (std::invalid_argument names an invalid option).
+[[nodiscard]] std::shared_ptr<CircuitBreaker> circuit_breaker(const CircuitBreakerOptions& options);
 
 }  // namespace kevlar

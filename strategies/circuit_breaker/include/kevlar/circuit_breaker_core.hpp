@@ -114,7 +114,7 @@ struct CircuitBreakerOptions {
   int success_threshold = 1;
 
   /// The longest break duration or sampling window accepted: 2^32 - 2 ms (about 49.7 days).
-  static constexpr Clock::duration max_duration = std::chrono::milliseconds(4294967294LL);
+  static constexpr Clock::duration max_duration = kevlar::max_duration;
 
   /// Throws std::invalid_argument naming the first invalid option.
   void validate() const;

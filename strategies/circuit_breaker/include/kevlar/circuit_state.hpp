@@ -1,10 +1,13 @@
 // kevlar — the states of a circuit and the state changes a circuit breaker delivers to observers.
 #pragma once
 
+#include <kevlar/observer.hpp>
+
 #include <boost/system/error_code.hpp>
 
 #include <exception>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 namespace kevlar {
@@ -29,6 +32,17 @@ struct CircuitStateChange {
   std::exception_ptr last_exception;
   /// The error code of the last failure the breaker recorded (empty if it was not an error code).
   boost::system::error_code last_error;
+};
+
+/// A circuit breaker changed state: an event (Observer). Delivered to the observers of the shield
+/// whose call caused the change, in the breaker's order, one at a time, from the breaker's
+/// publication loop (which may run on another call's thread); a change made by hand, with reset()
+/// or isolate(), has no shield and reaches only the breaker's own state-change hooks.
+struct BreakerTransition {
+  static constexpr std::string_view kevlar_event = "BreakerTransition";
+  CircuitState from;
+  CircuitState to;
+  Failure failure;  ///< for a change to open: the failure that tripped the circuit
 };
 
 /// Several observers of one state change threw; every exception, in observer order.

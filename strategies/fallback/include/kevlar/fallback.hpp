@@ -7,18 +7,27 @@
 #include <kevlar/detail/observer_layer.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/outcome.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/observer.hpp>
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
 
 namespace kevlar {
+
+/// A fallback replaced a handled failure (before its on_fallback hook): an event (Layer::emit,
+/// Observer).
+struct FallbackTaken {
+  static constexpr std::string_view kevlar_event = "FallbackTaken";
+  Failure failure;  ///< the failure it replaced
+};
 
 /// What the fallback hook sees. Valid only during the hook call.
 template <class T>
@@ -286,16 +295,20 @@ class FallbackStrategy final : public Strategy {
   std::shared_ptr<const Clause> own_clause_;  ///< options_.handles
 };
 
+/// A fallback replacing handled failures of calls whose value type is `T` with `value` (the
+/// factory of kevlar::Shield::fallback and of BasicShield::with). Throws what copying the value
+/// throws.
 template <class T>
-Shield Shield::fallback(T value) const {
+[[nodiscard]] std::shared_ptr<FallbackStrategy<T>> fallback(T value) {
   FallbackOptions<T> options;
   options.value.emplace(std::move(value));
-  return use(std::make_shared<FallbackStrategy<T>>(std::move(options)));
+  return std::make_shared<FallbackStrategy<T>>(std::move(options));
 }
 
+/// A fallback configured by `options` (std::invalid_argument names an invalid option).
 template <class T>
-Shield Shield::fallback(FallbackOptions<T> options) const {
-  return use(std::make_shared<FallbackStrategy<T>>(std::move(options)));
+[[nodiscard]] std::shared_ptr<FallbackStrategy<T>> fallback(FallbackOptions<T> options) {
+  return std::make_shared<FallbackStrategy<T>>(std::move(options));
 }
 
 }  // namespace kevlar

@@ -5,15 +5,25 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/deadline_queue.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/observer.hpp>
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 
 namespace kevlar {
+
+/// A hedge launched another attempt alongside the ones running (after its on_hedge hook and
+/// action generator, before the attempt starts): an event (Layer::emit, Observer).
+struct HedgeLaunched {
+  static constexpr std::string_view kevlar_event = "HedgeLaunched";
+  std::uint32_t attempt = 0;  ///< 2 for the first hedge
+};
 
 /// What an on_hedge hook receives, before a hedged attempt starts.
 struct HedgeEvent {
@@ -34,7 +44,7 @@ struct HedgeOptions {
   /// Launch the next attempt only after a handled failure (never on a timer).
   static constexpr Clock::duration infinite_delay = Clock::duration::max();
   /// The longest finite delay: (2^32 - 2) ms, about 49.7 days (Kevlar's limit).
-  static constexpr Clock::duration max_delay = std::chrono::milliseconds(4294967294LL);
+  static constexpr Clock::duration max_delay = kevlar::max_duration;
   /// The most attempts one execution may race.
   static constexpr std::uint32_t max_max_attempts = 10;
 
@@ -135,5 +145,13 @@ class HedgeStrategy final : public BasicStrategy<HedgeStrategy, detail::HedgeFra
   HedgeOptions options_;
   std::shared_ptr<const Clause> own_clause_;  ///< options_.handles
 };
+
+/// A hedge: up to `max_attempts` attempts in total, the next one launched when those running take
+/// longer than `delay` (0: all at once; HedgeOptions::infinite_delay: only after a handled
+/// failure). Add it with BasicShield::use or with (`kevlar::Shield::hedge` is the fluent form).
+[[nodiscard]] std::shared_ptr<HedgeStrategy> hedge(std::uint32_t max_attempts = 2,
+                                                   Clock::duration delay = std::chrono::seconds(1));
+/// A hedge configured by `options` (std::invalid_argument names an invalid option).
+[[nodiscard]] std::shared_ptr<HedgeStrategy> hedge(HedgeOptions options);
 
 }  // namespace kevlar

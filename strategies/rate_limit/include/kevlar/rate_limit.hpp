@@ -3,11 +3,12 @@
 #pragma once
 
 #include <kevlar/clock.hpp>
-#include <kevlar/concurrency_limit.hpp>
+#include <kevlar/limiter_ledger.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/error.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
+#include <kevlar/queue_wait.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -128,7 +129,7 @@ class RateLimitLedger {
 
   /// The longest hold_for honours: 2^32 - 2 ms (49.7 days), the bound of kevlar's other
   /// durations.
-  static constexpr Clock::duration max_hold = std::chrono::milliseconds(4294967294LL);
+  static constexpr Clock::duration max_hold = kevlar::max_duration;
 
   /// Admits nothing before `now + hold` (a dependency said when to come back): the schedule moves
   /// so that the next permit, or with a queue the oldest reservation, is due then at the earliest,
@@ -335,5 +336,11 @@ class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::
   /// for it, FIFO.
   BasicUnpairedSemaphore<LimiterLedger> turn_;
 };
+
+/// A rate limit: at most `permits` calls per `window` on average, bursts up to `permits`, no queue.
+/// Add it with BasicShield::use or with (`kevlar::Shield::rate_limit` is the fluent form).
+[[nodiscard]] std::shared_ptr<RateLimitStrategy> rate_limit(int permits, Clock::duration window);
+/// A rate limit configured by `options` (std::invalid_argument names an invalid option).
+[[nodiscard]] std::shared_ptr<RateLimitStrategy> rate_limit(RateLimitOptions options);
 
 }  // namespace kevlar

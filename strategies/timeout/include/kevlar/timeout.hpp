@@ -5,16 +5,26 @@
 #include <kevlar/context.hpp>
 #include <kevlar/detail/await_hook.hpp>
 #include <kevlar/detail/deadline_queue.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/observer.hpp>
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <boost/asio/execution_context.hpp>
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 
 namespace kevlar {
+
+/// A timeout's budget elapsed and it reports `errc::timeout` (before its on_timeout hook): an
+/// event (Layer::emit, Observer).
+struct TimeoutFired {
+  static constexpr std::string_view kevlar_event = "TimeoutFired";
+  Clock::duration timeout{};  ///< the budget that elapsed
+};
 
 /// What a timeout hook receives.
 struct TimeoutEvent {
@@ -42,7 +52,7 @@ struct TimeoutOptions {
   std::function<boost::asio::awaitable<void>(TimeoutEvent)> on_timeout_async;
 
   /// The longest supported budget (Kevlar's: 2^32 - 2 ms, about 49.7 days).
-  static constexpr Clock::duration max_timeout = std::chrono::milliseconds(4294967294LL);
+  static constexpr Clock::duration max_timeout = kevlar::max_duration;
 };
 
 namespace detail {
@@ -151,5 +161,12 @@ class TimeoutStrategy final : public BasicStrategy<TimeoutStrategy, detail::Time
 
   TimeoutOptions options_;
 };
+
+/// A timeout of `timeout`: outside a retry it bounds the whole call, inside it each attempt. Add it
+/// with BasicShield::use or with (`kevlar::Shield::timeout` is the fluent form). Throws
+/// std::invalid_argument for a budget out of range.
+[[nodiscard]] std::shared_ptr<TimeoutStrategy> timeout(Clock::duration timeout);
+/// A timeout configured by `options` (std::invalid_argument names an invalid option).
+[[nodiscard]] std::shared_ptr<TimeoutStrategy> timeout(TimeoutOptions options);
 
 }  // namespace kevlar

@@ -21,6 +21,36 @@
 
 namespace kevlar::detail {
 
+/// Who caused a state change of a circuit breaker: set by the breaker around the calls into its
+/// state machine that may change state, so that the change is delivered to the observers of the
+/// shield whose call caused it (EventOrigin), with the machine it is for.
+struct TransitionSource {
+  EventOrigin origin;  ///< the causing shield's observers and the breaker's position in it
+  /// The state machine the scope is for: another one's changes (a call made from a hook) ignore
+  /// it.
+  const void* machine = nullptr;
+  /// Set by an asynchronous execution that can await the machine's asynchronous state-change
+  /// hooks itself: the machine sets it to true when the caller is to await them (it claimed the
+  /// hooks' lane) instead of running them to completion on a private io_context.
+  bool* lane_claim = nullptr;
+};
+inline thread_local TransitionSource tl_transition_source{};
+
+/// Marks the calling thread's calls into a state machine as caused by `source` (if observed).
+class TransitionScope {
+ public:
+  explicit TransitionScope(const TransitionSource& source) noexcept
+      : previous_(tl_transition_source) {
+    tl_transition_source = source;
+  }
+  ~TransitionScope() { tl_transition_source = previous_; }
+  TransitionScope(const TransitionScope&) = delete;
+  TransitionScope& operator=(const TransitionScope&) = delete;
+
+ private:
+  TransitionSource previous_;
+};
+
 /// Delivers a circuit breaker's state changes to its observers: in the order they were queued,
 /// one at a time, never concurrently, never under the breaker's lock.
 ///

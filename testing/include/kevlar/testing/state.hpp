@@ -2,7 +2,7 @@
 #pragma once
 
 #include <kevlar/circuit_breaker.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/testing/descriptors.hpp>
 
 #include <cstddef>
@@ -92,7 +92,7 @@ struct ShieldStateSnapshot {
 /// is taken or changed, and the values may be stale as soon as they are returned when other
 /// threads run calls. Each strategy is read on its own (the snapshot is not atomic across
 /// strategies). Composed shields sharing a strategy report the same state for it. Thread-safe.
-[[nodiscard]] ShieldStateSnapshot shield_state(const Shield& shield);
+[[nodiscard]] ShieldStateSnapshot shield_state(const BasicShield& shield);
 
 /// `#2 CircuitBreaker{open}`, `#3 ConcurrencyLimit{running=1, queued=0, available=9}`,
 /// `#0 RateLimit{available=2, queued=0}`.

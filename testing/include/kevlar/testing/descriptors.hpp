@@ -4,7 +4,7 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/fallback.hpp>
 #include <kevlar/retry.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 #include <kevlar/testing/assertion.hpp>
 
@@ -228,13 +228,13 @@ struct ShieldDescriptor {
 /// built with. Strategies are recognised by their type (the built-in ones); anything else is a
 /// CustomDescriptor. Never calls a callback, never reads or changes state. Thread-safe (a shield is
 /// immutable and options are read-only).
-[[nodiscard]] ShieldDescriptor describe_shield(const Shield& shield);
+[[nodiscard]] ShieldDescriptor describe_shield(const BasicShield& shield);
 
 /// Like describe_shield(shield), also telling the hooks of fallbacks whose value type is one of
 /// `FallbackTypes` (FallbackDescriptor::has_recovery, has_on_fallback).
 template <class... FallbackTypes>
 requires(sizeof...(FallbackTypes) > 0) [[nodiscard]] ShieldDescriptor
-    describe_shield(const Shield& shield) {
+    describe_shield(const BasicShield& shield) {
   ShieldDescriptor d = describe_shield(shield);
   const std::vector<std::shared_ptr<Strategy>> strategies = shield.strategies();
   for (StrategyDescriptor& s : d.strategies) {
@@ -279,9 +279,9 @@ std::ostream& operator<<(std::ostream& os, const ShieldDescriptor& d);
 // shape. Thread-safe.
 
 /// The shield holds exactly `n` strategies.
-void expect_strategy_count(const Shield& shield, std::size_t n);
+void expect_strategy_count(const BasicShield& shield, std::size_t n);
 /// The shield's strategies are of these kinds, in this order (outermost first), and no others.
-void expect_strategy_order(const Shield& shield, const std::vector<StrategyKind>& kinds);
+void expect_strategy_order(const BasicShield& shield, const std::vector<StrategyKind>& kinds);
 
 namespace detail {
 [[noreturn]] void fail_contains(const ShieldDescriptor& shape, StrategyKind kind, std::size_t found,
@@ -290,7 +290,7 @@ namespace detail {
 
 /// The shield holds at least one strategy described by D; returns the outermost one.
 template <StrategyDescriptorType D>
-D expect_contains(const Shield& shield) {
+D expect_contains(const BasicShield& shield) {
   const ShieldDescriptor shape = describe_shield(shield);
   std::vector<D> found = shape.all_of<D>();
   if (found.empty()) detail::fail_contains(shape, D::kind, 0, false);
@@ -299,7 +299,7 @@ D expect_contains(const Shield& shield) {
 
 /// The shield holds exactly one strategy described by D; returns it.
 template <StrategyDescriptorType D>
-D expect_contains_single(const Shield& shield) {
+D expect_contains_single(const BasicShield& shield) {
   const ShieldDescriptor shape = describe_shield(shield);
   std::vector<D> found = shape.all_of<D>();
   if (found.size() != 1) detail::fail_contains(shape, D::kind, found.size(), true);

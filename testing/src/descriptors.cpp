@@ -220,7 +220,7 @@ std::vector<StrategyKind> ShieldDescriptor::kinds() const {
   return r;
 }
 
-ShieldDescriptor describe_shield(const Shield& shield) {
+ShieldDescriptor describe_shield(const BasicShield& shield) {
   ShieldDescriptor d;
   d.name = shield.name();
   d.custom_clock = &shield.clock() != Clock::steady().get();
@@ -356,7 +356,7 @@ std::string to_string(const ShieldDescriptor& d) {
 // ---- assertions
 // ----------------------------------------------------------------------------------
 
-void expect_strategy_count(const Shield& shield, std::size_t n) {
+void expect_strategy_count(const BasicShield& shield, std::size_t n) {
   const ShieldDescriptor shape = describe_shield(shield);
   if (shape.strategies.size() == n) return;
   throw ShieldAssertionError("expect_strategy_count: expected " + std::to_string(n) +
@@ -364,7 +364,7 @@ void expect_strategy_count(const Shield& shield, std::size_t n) {
                              "\n  actual shape: " + to_string(shape));
 }
 
-void expect_strategy_order(const Shield& shield, const std::vector<StrategyKind>& kinds) {
+void expect_strategy_order(const BasicShield& shield, const std::vector<StrategyKind>& kinds) {
   const ShieldDescriptor shape = describe_shield(shield);
   const std::vector<StrategyKind> actual = shape.kinds();
   if (actual == kinds) return;
@@ -387,7 +387,7 @@ void fail_contains(const ShieldDescriptor& shape, StrategyKind kind, std::size_t
 // ---- state
 // ---------------------------------------------------------------------------------------
 
-ShieldStateSnapshot shield_state(const Shield& shield) {
+ShieldStateSnapshot shield_state(const BasicShield& shield) {
   ShieldStateSnapshot snapshot;
   const std::vector<std::shared_ptr<Strategy>> strategies = shield.strategies();
   for (std::size_t i = 0; i < strategies.size(); ++i) {

@@ -1,4 +1,6 @@
-// kevlar — Shield: an immutable pipeline of strategies wrapped around a user's call.
+// kevlar — BasicShield: an immutable pipeline of strategies wrapped around a user's call, the
+// core's shield, which names no strategy. kevlar::Shield (<kevlar/shield.hpp>) adds the built-in
+// strategies' fluent builders.
 #pragma once
 
 #include <kevlar/clause.hpp>
@@ -35,15 +37,6 @@
 #include <vector>
 
 namespace kevlar {
-
-struct RetryOptions;
-struct TimeoutOptions;
-struct CircuitBreakerOptions;
-struct ConcurrencyLimitOptions;
-struct RateLimitOptions;
-template <class T>
-struct FallbackOptions;
-struct HedgeOptions;
 
 namespace detail {
 
@@ -145,59 +138,74 @@ template <class Handler>
   }
 }
 
-/// An immutable, thread-safe pipeline of strategies that wraps a call.
-///
-/// Build it once, in execution order: the first strategy added is the outermost.
+/// An immutable, thread-safe pipeline of strategies that wraps a call: the core's shield. It
+/// knows no strategy by name: strategies are added with use() (or with(), its synonym), each
+/// strategy's header offering a free factory (`kevlar::retry(3)`, `kevlar::timeout(2s)`):
 /// ```
-/// const kevlar::Shield shield = kevlar::Shield{}.use(a).use(b);   // a runs around b
+/// const kevlar::BasicShield shield =
+///     kevlar::BasicShield{}.with(kevlar::timeout(30s)).with(kevlar::retry(3));
 /// int v = shield.execute([] { return 42; });
 /// ```
-/// Every builder returns a new Shield; strategy instances are shared, never copied, so state
-/// (a breaker's circuit, a limiter's permits) belongs to the instance and is shared by every
-/// shield that contains it. The same stateful instance may appear only once in one chain.
+/// kevlar::Shield (<kevlar/shield.hpp>, the aggregate kevlar::kevlar) is this class with the
+/// built-in strategies' fluent builders (`Shield{}.timeout(30s).retry(3)`); every function that
+/// takes a shield takes a BasicShield, so either kind is accepted.
 ///
-/// Thread-safety: a Shield may be copied and executed from any number of threads at once. An
+/// Build it once, in execution order: the first strategy added is the outermost. Every builder
+/// returns a new shield; strategy instances are shared, never copied, so state (a breaker's
+/// circuit, a limiter's permits) belongs to the instance and is shared by every shield that
+/// contains it. The same stateful instance may appear only once in one chain.
+///
+/// Thread-safety: a shield may be copied and executed from any number of threads at once. An
 /// asynchronous execution keeps the pipeline (and so its strategies) alive until it completes.
-class Shield {
+class BasicShield {
  public:
   /// The empty shield: executes calls directly.
-  Shield() noexcept = default;
+  BasicShield() noexcept = default;
 
   // ---- building ------------------------------------------------------------------------------
 
   /// Appends `strategy` as the innermost strategy so far. Throws std::invalid_argument for a null
   /// strategy, a stateful instance already in the chain, or a fallback made unreachable by a
   /// reactive strategy outside it with the same clause.
-  [[nodiscard]] Shield use(std::shared_ptr<Strategy> strategy) const;
-  /// The same, for a pointer to a class derived from Strategy. If that class is `final`, the
-  /// engine calls its on_inner_complete and on_finish directly instead of through the vtable,
-  /// and skips those it leaves to Strategy's defaults (as StrategyTraits::needs_inner_complete
-  /// and needs_finish would): a pass-through layer costs two calls less per execution. The class
-  /// must not write `using Strategy::on_finish;` (or on_inner_complete) over a base's override:
-  /// that reads as the default, and the override would be skipped.
+  [[nodiscard]] BasicShield use(std::shared_ptr<Strategy> strategy) const;
+  /// The same, for a pointer to a class derived from Strategy (what every strategy's factory
+  /// returns). If that class is `final`, the engine calls its on_inner_complete and on_finish
+  /// directly instead of through the vtable, and skips those it leaves to Strategy's defaults (as
+  /// StrategyTraits::needs_inner_complete and needs_finish would): a pass-through layer costs two
+  /// calls less per execution. The class must not write `using Strategy::on_finish;` (or
+  /// on_inner_complete) over a base's override: that reads as the default, and the override
+  /// would be skipped.
   ///
   /// Thread-safety: as every builder, const; the returned shield is a new value.
   template <class S>
   requires std::derived_from<S, Strategy> && (!std::is_same_v<S, Strategy>)
-  [[nodiscard]] Shield use(std::shared_ptr<S> strategy) const {
+  [[nodiscard]] BasicShield use(std::shared_ptr<S> strategy) const {
     return use_hooked(std::move(strategy), detail::layer_hooks<S>());
   }
+  /// use(strategy): `shield.with(kevlar::retry(3))` reads as the pipeline it builds.
+  template <class S>
+  requires std::derived_from<S, Strategy>
+  [[nodiscard]] BasicShield with(std::shared_ptr<S> strategy) const {
+    return use(std::move(strategy));
+  }
+  /// wrap(inner): appends another shield's strategies (a chaos builder's, a recipe's).
+  [[nodiscard]] BasicShield with(const BasicShield& inner) const { return wrap(inner); }
 
   /// Sets the handling clause for the reactive strategies appended after it (until the next
   /// `when`). Without one, Clause::default_clause() applies.
-  [[nodiscard]] Shield when(Clause clause) const;
+  [[nodiscard]] BasicShield when(Clause clause) const;
 
   /// A copy with a name (shown by describe()); shares the strategy instances.
-  [[nodiscard]] Shield with_name(std::string name) const;
+  [[nodiscard]] BasicShield with_name(std::string name) const;
 
   /// A copy whose strategies read time from `clock` (e.g. a ManualClock in tests); shares the
   /// strategy instances. Throws std::invalid_argument for a null clock.
-  [[nodiscard]] Shield with_clock(std::shared_ptr<const Clock> clock) const;
+  [[nodiscard]] BasicShield with_clock(std::shared_ptr<const Clock> clock) const;
 
   /// A copy whose executions deliver their events (<kevlar/observer.hpp>) to `observer` as well as
   /// to the observers already attached; shares the strategy instances. A shield without observers
   /// builds no event and pays nothing for them. Throws std::invalid_argument for a null observer.
-  [[nodiscard]] Shield observed_by(std::shared_ptr<Observer> observer) const;
+  [[nodiscard]] BasicShield observed_by(std::shared_ptr<Observer> observer) const;
   /// Exceptions this shield's observers threw and that were swallowed (see Observer). Thread-safe.
   [[nodiscard]] std::uint64_t observer_failures() const noexcept;
   /// The first of them, or null. Thread-safe.
@@ -206,59 +214,10 @@ class Shield {
   /// `*this` around `inner`: this shield's strategies, then inner's (same instances). Name and
   /// clock: this shield's if set, else inner's; the clause in force afterwards: inner's if set,
   /// else this one's. Validated like use().
-  [[nodiscard]] Shield wrap(const Shield& inner) const;
+  [[nodiscard]] BasicShield wrap(const BasicShield& inner) const;
 
   /// Concatenates shields in order (the first is outermost); see wrap().
-  [[nodiscard]] static Shield compose(std::initializer_list<Shield> shields);
-
-  // ---- built-in strategies -----------------------------------------------------------------
-  // Each is declared here for the fluent chain and defined with its strategy under
-  // strategies/<name>/ (include <kevlar/kevlar.hpp>, or the strategy's own header, to call it).
-  // Options are validated here, when the shield is built: invalid values throw
-  // std::invalid_argument naming the option.
-
-  /// Appends a retry strategy: `max_retries` retries after the first attempt, Kevlar's default
-  /// backoff (exponential from 250 ms x2 with jitter, at most 30 s). See <kevlar/retry.hpp>.
-  [[nodiscard]] Shield retry(int max_retries = 3) const;
-  /// Appends a retry strategy configured by `options`. See <kevlar/retry.hpp>.
-  [[nodiscard]] Shield retry(const RetryOptions& options) const;
-
-  /// Appends a timeout: outside a retry it bounds the whole call, inside it each attempt.
-  /// See <kevlar/timeout.hpp>.
-  [[nodiscard]] Shield timeout(Clock::duration timeout) const;
-  [[nodiscard]] Shield timeout(const TimeoutOptions& options) const;
-
-  /// Appends a circuit breaker opening after `consecutive_failures` handled failures in a row,
-  /// for `break_duration`. See <kevlar/circuit_breaker.hpp>.
-  [[nodiscard]] Shield circuit_breaker(int consecutive_failures,
-                                       Clock::duration break_duration) const;
-  [[nodiscard]] Shield circuit_breaker(const CircuitBreakerOptions& options) const;
-
-  /// Appends a rate limit: at most `permits` calls per `window` on average, bursts up to
-  /// `permits`, no queue (a call beyond the rate fails at once with `errc::rate_limited` and an
-  /// exact retry-after). See <kevlar/rate_limit.hpp>.
-  [[nodiscard]] Shield rate_limit(int permits, Clock::duration window) const;
-  [[nodiscard]] Shield rate_limit(const RateLimitOptions& options) const;
-
-  /// Appends a concurrency limit: at most `max_concurrency` calls run at once and at most
-  /// `max_queue` wait. See <kevlar/concurrency_limit.hpp>.
-  [[nodiscard]] Shield concurrency_limit(int max_concurrency, int max_queue = 0) const;
-  [[nodiscard]] Shield concurrency_limit(const ConcurrencyLimitOptions& options) const;
-
-  /// Appends a hedge (<kevlar/hedging.hpp>): up to `max_attempts` attempts in total, the next one
-  /// launched when those running take longer than `delay` (0: all at once;
-  /// HedgeOptions::infinite_delay: only after a handled failure); the first outcome the clause
-  /// does not handle wins and the others are cancelled.
-  [[nodiscard]] Shield hedge(std::uint32_t max_attempts = 2,
-                             Clock::duration delay = std::chrono::seconds(1)) const;
-  [[nodiscard]] Shield hedge(const HedgeOptions& options) const;
-
-  /// Appends a fallback replacing handled failures with `value` (calls whose result type is T).
-  /// See <kevlar/fallback.hpp>.
-  template <class T>
-  [[nodiscard]] Shield fallback(T value) const;
-  template <class T>
-  [[nodiscard]] Shield fallback(FallbackOptions<T> options) const;
+  [[nodiscard]] static BasicShield compose(std::initializer_list<BasicShield> shields);
 
   // ---- inspecting ----------------------------------------------------------------------------
 
@@ -522,10 +481,10 @@ class Shield {
   [[noreturn]] void refuse_synchronous() const;
   /// use(): appends `strategy`, whose callbacks the engine calls through `hooks`
   /// (detail::layer_hooks of its static type).
-  [[nodiscard]] Shield use_hooked(std::shared_ptr<Strategy> strategy,
+  [[nodiscard]] BasicShield use_hooked(std::shared_ptr<Strategy> strategy,
                                   detail::LayerHooks hooks) const;
 
-  explicit Shield(std::shared_ptr<const detail::Pipeline> p) noexcept : p_(std::move(p)) {}
+  explicit BasicShield(std::shared_ptr<const detail::Pipeline> p) noexcept : p_(std::move(p)) {}
 
   std::shared_ptr<const detail::Pipeline> p_;
 };

@@ -2,7 +2,7 @@
 #pragma once
 
 #include <kevlar/context.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/basic_shield.hpp>
 
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>

@@ -7,13 +7,48 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <variant>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kevlar::testing {
+
+/// An event's value, copied when it was delivered: its kind and a copy that owns itself, of any
+/// event type (kevlar's or a user strategy's own).
+///
+/// Thread-safety: immutable; copies share the value.
+class RecordedDetail {
+ public:
+  /// A copy of `event`'s value.
+  explicit RecordedDetail(const Event& event)
+      : kind_(event.kind), value_(event.kind.copy(event.detail)) {}
+  /// A copy of `detail`.
+  template <EventDetail D>
+  explicit RecordedDetail(const D& detail)
+      : kind_(event_kind<D>()), value_(event_kind<D>().copy(&detail)) {}
+
+  [[nodiscard]] const EventKind& kind() const noexcept { return kind_; }
+  /// The kind's name (`RetryScheduled`).
+  [[nodiscard]] std::string_view name() const noexcept { return kind_.name(); }
+  /// The value, if it is of type `D`; nullptr otherwise.
+  template <EventDetail D>
+  [[nodiscard]] const D* get_if() const noexcept {
+    return kind_ == event_kind<D>() ? static_cast<const D*>(value_.get()) : nullptr;
+  }
+  /// True if the value is of type `D`.
+  template <EventDetail D>
+  [[nodiscard]] bool is() const noexcept {
+    return kind_ == event_kind<D>();
+  }
+
+ private:
+  EventKind kind_;
+  std::shared_ptr<const void> value_;
+};
 
 /// One event, copied when it was delivered: nothing in it refers to the shield, the strategy or
 /// the execution (their pointers are not kept; the failure's exception_ptr is a value).
@@ -27,13 +62,14 @@ struct RecordedEvent {
   /// Context::attempt() of the execution when the event was emitted (none for a
   /// BreakerTransition, which has no context).
   std::optional<std::uint32_t> context_attempt;
-  Event::Detail detail;  ///< what happened
+  RecordedDetail detail;  ///< what happened
 };
 
-/// The name of the event's kind: `ExecutionFinished`, `AttemptStarted`, `RetryScheduled`,
-/// `TimeoutFired`, `FallbackTaken`, `Rejected`, `BreakerTransition`, `LimiterStateChanged`,
-/// `HedgeLaunched`, `ChaosInjected`.
-[[nodiscard]] const char* event_name(const Event::Detail& detail) noexcept;
+/// The name of the event's kind (its type's `kevlar_event`): `ExecutionFinished`,
+/// `AttemptStarted`, `RetryScheduled`, `TimeoutFired`, `FallbackTaken`, `Rejected`,
+/// `BreakerTransition`, `LimiterStateChanged`, `HedgeLaunched`, `ChaosInjected`, or a user
+/// strategy's own.
+[[nodiscard]] const char* event_name(const RecordedDetail& detail) noexcept;
 /// `#3 RetryScheduled @1`: sequence, kind and strategy index.
 std::ostream& operator<<(std::ostream& os, const RecordedEvent& e);
 
@@ -55,22 +91,23 @@ class EventRecorder final : public Observer {
  public:
   /// Records every event kind, or only those in `interests` (a shield then builds no other
   /// event for it).
-  explicit EventRecorder(EventKinds interests = all_event_kinds) noexcept : interests_(interests) {}
+  explicit EventRecorder(EventKinds interests = EventKinds::all()) noexcept
+      : interests_(std::move(interests)) {}
 
   void on_event(const Event& event) override;
-  [[nodiscard]] EventKinds interests() const noexcept override { return interests_; }
+  [[nodiscard]] EventKinds interests() const override { return interests_; }
 
   /// Every event recorded so far, in order (a copy).
   [[nodiscard]] std::vector<RecordedEvent> events() const;
   /// The details of every event recorded so far, in order (a copy).
-  [[nodiscard]] std::vector<Event::Detail> details() const;
+  [[nodiscard]] std::vector<RecordedDetail> details() const;
   /// The details of the events of kind `Detail`, in order.
   template <class Detail>
   [[nodiscard]] std::vector<Detail> events_of() const {
     std::vector<Detail> r;
     const std::lock_guard lock(mutex_);
     for (const RecordedEvent& e : events_) {
-      if (const Detail* d = std::get_if<Detail>(&e.detail)) r.push_back(*d);
+      if (const Detail* d = e.detail.get_if<Detail>()) r.push_back(*d);
     }
     return r;
   }
@@ -79,7 +116,7 @@ class EventRecorder final : public Observer {
   [[nodiscard]] std::size_t count_of() const {
     std::size_t n = 0;
     const std::lock_guard lock(mutex_);
-    for (const RecordedEvent& e : events_) n += std::holds_alternative<Detail>(e.detail) ? 1 : 0;
+    for (const RecordedEvent& e : events_) n += e.detail.is<Detail>() ? 1 : 0;
     return n;
   }
   /// The number of events recorded so far.

@@ -6,7 +6,7 @@
 #include <kevlar/context.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
-#include <kevlar/shield.hpp>
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/testing/event_recorder.hpp>
 
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -192,14 +192,14 @@ class StrategyDriver {
   using value_type = T;
 
   /// Drives `shield` (its strategies, clauses and observers) on a fresh ManualClock.
-  explicit StrategyDriver(const Shield& shield, StrategyDriverOptions options = {})
+  explicit StrategyDriver(const BasicShield& shield, StrategyDriverOptions options = {})
       : StrategyDriver(shield, ManualClock::create(), options) {}
   /// Drives `shield` on `clock` (shared with state the test sets up, such as a breaker's window).
-  StrategyDriver(const Shield& shield, std::shared_ptr<ManualClock> clock,
+  StrategyDriver(const BasicShield& shield, std::shared_ptr<ManualClock> clock,
                  StrategyDriverOptions options = {})
       : options_(options), clock_(std::move(clock)) {
     if (!clock_) throw std::invalid_argument("kevlar::testing::StrategyDriver: null clock");
-    Shield s = shield.with_clock(clock_);
+    BasicShield s = shield.with_clock(clock_);
     if (options_.record_events) {
       recorder_ = std::make_shared<EventRecorder>();
       s = s.observed_by(recorder_);
@@ -321,8 +321,8 @@ class StrategyDriver {
 
   /// The details of every event the shield emitted, in order (a copy; empty without
   /// StrategyDriverOptions::record_events).
-  [[nodiscard]] std::vector<Event::Detail> events() const {
-    return recorder_ ? recorder_->details() : std::vector<Event::Detail>{};
+  [[nodiscard]] std::vector<RecordedDetail> events() const {
+    return recorder_ ? recorder_->details() : std::vector<RecordedDetail>{};
   }
   /// The events of kind `Detail`, in order.
   template <class Detail>
@@ -337,7 +337,7 @@ class StrategyDriver {
 
   [[nodiscard]] ManualClock& clock() const noexcept { return *clock_; }
   /// The shield as driven (on the driver's clock, with its recorder attached).
-  [[nodiscard]] const Shield& shield() const noexcept { return *shield_; }
+  [[nodiscard]] const BasicShield& shield() const noexcept { return *shield_; }
   [[nodiscard]] const StrategyDriverOptions& options() const noexcept { return options_; }
 
   // ---- failure injection (inject_at_every_step) -----------------------------------------------
@@ -528,7 +528,7 @@ class StrategyDriver {
   std::shared_ptr<ManualClock> clock_;
   detail::DriverLoop loop_;  // before the shield and the handlers: it outlives them
   std::shared_ptr<EventRecorder> recorder_;
-  std::optional<Shield> shield_;
+  std::optional<BasicShield> shield_;
   boost::asio::cancellation_signal caller_signal_;
   std::vector<DriverAttempt> attempts_;
   std::vector<std::unique_ptr<AnyHandler>> handlers_;
@@ -558,7 +558,7 @@ struct InjectionPoint {
 /// point)` asserts what the test expects. Returns the number of runs.
 template <class T>
 std::size_t inject_at_every_step(
-    const std::function<Shield()>& make_shield,
+    const std::function<BasicShield()>& make_shield,
     const std::function<void(StrategyDriver<T>&)>& script,
     const std::function<void(StrategyDriver<T>&, const InjectionPoint&)>& check,
     boost::system::error_code failure = make_error_code(boost::system::errc::io_error),

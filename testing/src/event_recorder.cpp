@@ -4,19 +4,12 @@
 #include <chrono>
 #include <iterator>
 #include <ostream>
-#include <variant>
 
 namespace kevlar::testing {
 
-const char* event_name(const Event::Detail& detail) noexcept {
-  static constexpr const char* names[] = {
-      "ExecutionFinished", "AttemptStarted",      "RetryScheduled",
-      "TimeoutFired",      "FallbackTaken",       "Rejected",
-      "BreakerTransition", "LimiterStateChanged", "HedgeLaunched",
-      "ChaosInjected"};
-  static_assert(std::size(names) == std::variant_size_v<Event::Detail>,
-                "a name for every event kind");
-  return detail.index() < std::size(names) ? names[detail.index()] : "?";
+const char* event_name(const RecordedDetail& detail) noexcept {
+  // A kind's name is its type's `kevlar_event`, a string literal: null-terminated.
+  return detail.name().data();
 }
 
 std::ostream& operator<<(std::ostream& os, const RecordedEvent& e) {
@@ -26,11 +19,10 @@ std::ostream& operator<<(std::ostream& os, const RecordedEvent& e) {
 }
 
 void EventRecorder::on_event(const Event& event) {
-  RecordedEvent r;
+  RecordedEvent r{0, std::nullopt, event.source.strategy_index, std::nullopt,
+                  RecordedDetail(event)};
   if (event.source.shield_name != nullptr) r.shield_name = *event.source.shield_name;
-  r.strategy_index = event.source.strategy_index;
   if (event.source.context != nullptr) r.context_attempt = event.source.context->attempt();
-  r.detail = event.detail;
   const std::lock_guard lock(mutex_);
   r.sequence = next_sequence_++;
   events_.push_back(std::move(r));
@@ -42,8 +34,8 @@ std::vector<RecordedEvent> EventRecorder::events() const {
   return events_;
 }
 
-std::vector<Event::Detail> EventRecorder::details() const {
-  std::vector<Event::Detail> r;
+std::vector<RecordedDetail> EventRecorder::details() const {
+  std::vector<RecordedDetail> r;
   const std::lock_guard lock(mutex_);
   r.reserve(events_.size());
   for (const RecordedEvent& e : events_) r.push_back(e.detail);

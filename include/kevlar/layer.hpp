@@ -1,0 +1,408 @@
+// kevlar — Layer: one strategy's handle on one execution (its clause, frame, context, outcome,
+// waits, cancellation, attempts and events), and the wait handlers that resume it.
+#pragma once
+
+#include <kevlar/clause.hpp>
+#include <kevlar/clock.hpp>
+#include <kevlar/context.hpp>
+#include <kevlar/detail/always_inline.hpp>
+#include <kevlar/detail/block_cache.hpp>
+#include <kevlar/detail/deadline_queue.hpp>
+#include <kevlar/detail/engine.hpp>
+#include <kevlar/observer.hpp>
+#include <kevlar/outcome.hpp>
+#include <kevlar/step.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_type.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace kevlar {
+
+class Strategy;
+
+/// What the engine does when a deadline armed with Layer::arm_deadline passes.
+enum class DeadlineAction : unsigned char {
+  /// Cancel what runs inside the strategy (terminal), as Layer::cancel_inner does: a timeout's
+  /// expiry. The strategy then sees cancelled_inner() in on_inner_complete.
+  cancel_inner,
+  /// Call Strategy::on_wait_complete with success: a hedge's stagger. Only for a strategy that is
+  /// suspended (Step::suspend) on attempts it started with Layer::start_attempt, and that disarms
+  /// the deadline before it returns anything else: the engine does not check, and resuming a
+  /// strategy whose pending step is an operation or a wait handler is undefined behaviour.
+  resume,
+};
+
+/// Storage for one deadline armed through the engine's deadline service (Layer::arm_deadline). It
+/// lives in the strategy's frame, may stay uninitialised until arm_deadline constructs it, and
+/// needs no destruction. Its members are the engine's.
+using DeadlineSlot = detail::DeadlineEntry;
+
+namespace detail {
+struct LayerAccess;
+class QueueWaitHandler;
+/// True for a kevlar::BasicUnpairedSemaphore (specialised with Layer::wait_in_queue's definition,
+/// in <kevlar/queue_wait.hpp>): what Layer::wait_in_queue accepts.
+template <class T>
+inline constexpr bool is_unpaired_semaphore = false;
+}  // namespace detail
+
+/// One strategy's handle on one execution: its clause, its scratch frame, the context, the
+/// outcome, waits and cancellation. Valid only inside the Strategy callback it was passed to.
+///
+/// Thread-safety: an execution runs one step at a time; use a Layer only from the callback.
+class Layer {
+ public:
+  Layer(detail::CallBase& call, std::size_t index) noexcept
+      : call_(&call), entry_(&call.layers()[index]), index_(index) {}
+
+  /// The execution's context.
+  [[nodiscard]] Context& context() const noexcept { return call_->context(); }
+  /// The outcome the inner part of the pipeline produced (meaningful in on_inner_complete and
+  /// after it; a strategy that completes without running the inner part sets it first).
+  [[nodiscard]] OutcomeRef outcome() const noexcept { return OutcomeRef(call_->outcome()); }
+  /// Zero-based position of this layer in the engine's pipeline (0 is the outermost). For a
+  /// strategy it equals strategy_index(): kevlar's only layer of its own, the attempt observer of
+  /// an observed shield, comes after every strategy.
+  [[nodiscard]] std::size_t index() const noexcept { return index_; }
+  /// Zero-based position of this strategy among the shield's strategies (Shield::strategies()).
+  [[nodiscard]] std::size_t strategy_index() const noexcept { return index_; }
+  /// True for Shield::execute, false for Shield::execute_async.
+  [[nodiscard]] bool synchronous() const noexcept { return call_->synchronous(); }
+  /// The shield's clock.
+  [[nodiscard]] const Clock& clock() const noexcept { return call_->context().clock(); }
+
+  /// The per-execution scratch storage (StrategyTraits::frame_size bytes). Uninitialised when
+  /// on_start is called; a strategy constructs what it needs there and destroys it in on_finish.
+  [[nodiscard]] void* frame() const noexcept { return call_->frames() + entry_->frame_offset; }
+  template <class T>
+  [[nodiscard]] T& frame_as() const noexcept {
+    return *std::launder(static_cast<T*>(frame()));
+  }
+
+  /// Applies the clause in force at this position to the current outcome. If a predicate throws,
+  /// the outcome becomes that exception and the result is false (the failure is not handled
+  /// again: it surfaces as the execution's failure).
+  [[nodiscard]] bool handled() const noexcept { return !plain_success() && judge(); }
+  /// True if the outcome is a success and the clause in force here has no result condition:
+  /// handled() is then false without asking the clause. A success is judged only by result
+  /// conditions, so this is the common case; a strategy whose hot path tests it first, and leaves
+  /// handled() to a function of its own, saves that path the registers the clause's call needs.
+  [[nodiscard]] bool plain_success() const noexcept {
+    return call_->outcome().kind == OutcomeKind::value && !entry_->judges_results;
+  }
+
+  /// Replaces the deadline code sees through Context::deadline() and Context::cancelled() (a
+  /// timeout's budget), returning the previous one, which the strategy restores when it finishes.
+  /// A deadline also cuts short the engine's synchronous waits (a wait that ends at it completes
+  /// with `operation_aborted`), and once it has passed after a wait or an attempt, an
+  /// asynchronous execution starts no further attempt (it fails as a cancellation).
+  Clock::time_point exchange_deadline(Clock::time_point deadline) const noexcept {
+    return call_->exchange_deadline(deadline);
+  }
+
+  /// Like exchange_deadline, for a strategy that owns the deadline it sets (a timeout): the
+  /// context's deadline becomes `deadline` if that is earlier, and once it has passed, an attempt
+  /// the engine declines to start fails as a cancellation by this strategy (cancelled_inner() is
+  /// true here), as the strategy's own expiry would have made it. Restore the returned value with
+  /// restore_deadline when the strategy finishes.
+  detail::CallBase::SavedDeadline lower_deadline(Clock::time_point deadline) const noexcept {
+    return call_->lower_deadline(deadline, index_);
+  }
+  void restore_deadline(const detail::CallBase::SavedDeadline& saved) const noexcept {
+    call_->restore_deadline(saved);
+  }
+
+  /// Asks the engine to wait until `deadline` (Step::wait); returns Step::wait.
+  Step wait_until(Clock::time_point deadline) const noexcept {
+    call_->set_wait_deadline(deadline);
+    return Step::wait;
+  }
+  /// Asks the engine to wait for `d` (Step::wait); returns Step::wait.
+  Step wait_for(Clock::duration d) const noexcept { return wait_until(clock().now() + d); }
+
+  /// True if the caller cancelled this execution, or a strategy outside this one cancelled the
+  /// part of the pipeline this one runs in. A strategy uses it to tell "cancelled from outside"
+  /// (pass the cancellation on) from a cancellation it caused itself (a timeout).
+  [[nodiscard]] bool cancelled_from_outside() const noexcept {
+    return call_->cancel_origin() <= index_ || call_->context().stop_token().stop_requested();
+  }
+  /// True if this strategy cancelled its inner part with cancel_inner().
+  [[nodiscard]] bool cancelled_inner() const noexcept {
+    return call_->cancel_origin() == index_ + 1;
+  }
+  /// Cancels what runs inside this strategy: the pending asynchronous step receives `type`
+  /// through its cancellation slot, and the context reports cancelled() to synchronous code.
+  void cancel_inner(boost::asio::cancellation_type type =
+                        boost::asio::cancellation_type::terminal) const noexcept {
+    call_->cancel_inner(index_, type);
+  }
+
+  // ---- several attempts at once (asynchronous executions) ------------------------------------
+
+  /// Starts an attempt of the inner part of the pipeline (the strategies inside this one, then the
+  /// user's operation) that runs concurrently with any others this strategy started, and returns
+  /// its id: 0, 1, 2 ... in launch order, counted afresh each time this position starts over (a
+  /// retry outside runs it again). The attempt runs on a copy of the context (properties copied
+  /// now; its writes stay its own), with its own cancellation slot and its own outcome; its
+  /// completion calls Strategy::on_attempt_complete with the id, its outcome then being
+  /// layer.outcome(). While attempts run the strategy returns Step::suspend (not run_inner or
+  /// wait, which fail the position with std::logic_error); Step::complete cancels the ones still
+  /// running and forgets them (they end on their own). A cancellation of this execution (the
+  /// caller's, an outer timeout's) reaches every running attempt.
+  ///
+  /// An attempt that completes inside this call (a strategy inside rejected it) is reported
+  /// after the callback that started it returns. Throws std::logic_error in a synchronous
+  /// execution, and what allocating the attempt or copying the properties throws (no attempt is
+  /// started then).
+  std::uint32_t start_attempt() const { return call_->start_attempt(index_, nullptr, nullptr); }
+  /// Like start_attempt(), calling `prepare(Context& attempt_context)` on the attempt's own
+  /// context before it starts (to choose what the attempt does, through its properties). If
+  /// `prepare` throws, no attempt starts and the exception propagates.
+  template <class Prepare>
+  std::uint32_t start_attempt(Prepare&& prepare) const {
+    return call_->start_attempt(
+        index_,
+        [](void* arg, Context& context) { (*static_cast<std::remove_reference_t<Prepare>*>(arg))(context); },
+        const_cast<void*>(static_cast<const void*>(std::addressof(prepare))));
+  }
+  /// Cancels running attempt `id` through its own slot; false if it is not running.
+  bool cancel_attempt(std::uint32_t id, boost::asio::cancellation_type type =
+                                            boost::asio::cancellation_type::terminal) const noexcept {
+    return call_->cancel_attempt(index_, id, type);
+  }
+  /// Cancels every running attempt this strategy started.
+  void cancel_attempts(boost::asio::cancellation_type type =
+                           boost::asio::cancellation_type::terminal) const noexcept {
+    call_->cancel_attempts(index_, type);
+  }
+  /// Attempts started since this position started (or since its last Step::complete).
+  [[nodiscard]] std::uint32_t attempts_started() const noexcept {
+    return call_->attempts_started(index_);
+  }
+  /// Attempts started and not yet reported complete.
+  [[nodiscard]] std::uint32_t attempts_running() const noexcept {
+    return call_->attempts_running(index_);
+  }
+
+  /// True if the shield has observers (Shield::observed_by): only then is an event worth building.
+  [[nodiscard]] bool observed() const noexcept { return entry_->interests != 0; }
+  /// True when an observer of the shield may want events of type `Detail` (a filter: it may say
+  /// yes for a kind nobody wants, never no for one somebody does): test it before computing what
+  /// only such an event needs. One load and one test.
+  template <EventDetail Detail>
+  [[nodiscard]] bool wants() const noexcept {
+    return (entry_->interests & event_kind<Detail>().bit()) != 0;
+  }
+  /// Delivers `detail`, an event about this strategy's decision, to the shield's observers that
+  /// want its kind (nothing if there are none), synchronously, on this thread. Any EventDetail
+  /// type: kevlar's, or one of the strategy's own. Never throws: an observer's exception is
+  /// swallowed and counted (see Observer). Call it outside any lock of the strategy.
+  template <EventDetail Detail>
+  void emit(const Detail& detail) const noexcept {
+    if (!wants<Detail>()) return;
+    Event event = make_event(detail);
+    emit_event(event);
+  }
+  /// What a stateful strategy needs to deliver its events later, from outside this callback (a
+  /// breaker's state changes, published by its own loop): the shield's observers and this
+  /// strategy's position. Empty when nobody listens.
+  [[nodiscard]] detail::EventOrigin event_origin() const noexcept;
+
+  // ---- engine services (asynchronous executions) ---------------------------------------------
+
+  /// Arms `slot` (constructing it) to expire at `deadline` through the engine's deadline service:
+  /// no kernel timer per execution, O(1) arming and disarming when every deadline the strategy arms
+  /// has the same duration, passed as `same_duration` (zero when durations vary). When the deadline
+  /// passes, the engine performs `action` on the execution's executor, serialised with the
+  /// execution's completions, and only if the slot is still armed. `slot` must not be armed
+  /// already (disarm it first: arming overwrites it). Disarm it with disarm_deadline
+  /// before the strategy finishes (in on_finish at the latest). Declare
+  /// StrategyTraits::needs_executor. Throws what creating the service's queue throws
+  /// (std::bad_alloc), or starting kevlar's deadline thread the first time (std::system_error);
+  /// nothing is armed then.
+  void arm_deadline(DeadlineSlot& slot, Clock::time_point deadline, Clock::duration same_duration,
+                    DeadlineAction action) const {
+    ::new (static_cast<void*>(&slot)) DeadlineSlot{};
+    slot.deadline = deadline;
+    slot.call = call_;
+    slot.index = index_;
+    if (action == DeadlineAction::resume) slot.fire = &detail::resume_at_deadline;
+    detail::deadline_queue_for(*call_, clock(), same_duration).arm(slot);
+  }
+  /// Disarms a slot armed by arm_deadline; returns true if it had fired already (its action was
+  /// performed). Call it once per arming.
+  static bool disarm_deadline(DeadlineSlot& slot) noexcept { return slot.queue->disarm(slot); }
+
+  /// A completion handler for a wait in a queue of kevlar's own kind (the concurrency limit's
+  /// UnpairedSemaphore): like wait_handler(), and its cancellation slot lives in the execution, so
+  /// that parking allocates nothing; the queue may deliver its grant through kevlar's grant
+  /// trampoline (no scheduler hop). Start exactly one wait with it and return Step::suspend.
+  /// Thread-safety: as wait_handler(), it never resumes the execution before the callback that
+  /// created it has returned.
+  [[nodiscard]] detail::QueueWaitHandler queue_wait_handler() const noexcept;
+
+  /// Asynchronous executions: waits in the queue of `semaphore`, a kevlar::BasicUnpairedSemaphore
+  /// (the concurrency limit's, the rate limit's turn), for one permit. Defined in
+  /// <kevlar/queue_wait.hpp>. Call it once and return Step::suspend at once;
+  /// on_wait_complete receives the result (no error: the permit is this execution's;
+  /// `operation_aborted` if it was cancelled while queued; `errc::closed`; the ledger's rejection
+  /// code).
+  ///
+  /// The embedded wait: when the execution runs on a plain io_context executor (or an
+  /// any_io_executor holding one) and a strategy it runs declares StrategyTraits::waits_in_queue
+  /// (for a hedge's attempt, one inside the hedge), the
+  /// wait lives in the execution (no allocation, no operation) and the engine parks it once this
+  /// callback has returned. A decision the semaphore makes then under its lock (a permit came
+  /// free since a try_acquire, the queue is full, it is closed) reaches on_wait_complete at once,
+  /// without a hop. A grant made by a release inside the completion of a kevlar execution on the
+  /// same io_context and thread runs through kevlar's grant trampoline, right after that
+  /// completion (no scheduler hop); other results go through the io_context's executor.
+  ///
+  /// Otherwise (a strand, a thread pool, no trait) it is
+  /// `semaphore.async_acquire(queue_wait_handler())`, every result delivered through the
+  /// execution's executor. Either way the semaphore's rules hold: FIFO, cancellation through the
+  /// execution's slot until the grant, no result inside release() or close(), and a grant whose
+  /// executor shuts down undelivered goes back to the semaphore. Throws std::logic_error in a
+  /// synchronous execution (block on `semaphore.acquire_or_error(context().stop_token())`
+  /// there).
+  template <class Semaphore>
+  requires detail::is_unpaired_semaphore<Semaphore> KEVLAR_DETAIL_ALWAYS_INLINE void wait_in_queue(
+      Semaphore& semaphore) const;
+
+  /// Asynchronous executions: the executor the execution's completions run on.
+  [[nodiscard]] boost::asio::any_io_executor executor() const noexcept {
+    return call_->call_executor();
+  }
+  /// Asynchronous executions: the slot through which the caller's cancellation reaches the
+  /// pending step. Bind it to the wait a strategy starts itself.
+  [[nodiscard]] boost::asio::cancellation_slot cancellation_slot() const noexcept {
+    return call_->step_slot();
+  }
+  /// Asynchronous executions: a completion handler with signature `void(error_code)` that
+  /// resumes this strategy (Strategy::on_wait_complete). It carries the execution's executor and
+  /// cancellation slot, owns the execution until invoked, and abandons it if destroyed
+  /// uninvoked. Start exactly one wait with it and return Step::suspend.
+  ///
+  /// Thread-safety: it never resumes the execution while the callback that created it is still
+  /// running. Invoked meanwhile (on another thread, or inside the initiating call), it leaves its
+  /// error_code in the execution, and the engine calls on_wait_complete with it on the callback's
+  /// thread once the callback has returned; destroyed uninvoked on another thread meanwhile, the
+  /// engine abandons the execution then. So the frame and the outcome stay the callback's until
+  /// it returns. A handler destroyed on the callback's own thread means its initiation threw: let
+  /// that exception leave the callback (it fails this position) rather than return suspend.
+  /// Not covered: attempts, the deadline service, and a wait started in a callback that also
+  /// started attempts; on a multi-threaded io_context, run executions that use them on a strand
+  /// (docs/strategy-interface.md).
+  [[nodiscard]] class WaitHandler wait_handler() const noexcept;
+
+ private:
+  friend struct detail::LayerAccess;
+  /// wait_in_queue on an executor other than a plain io_context's (and its refusal in a
+  /// synchronous execution).
+  template <class Semaphore>
+  [[gnu::noinline]] void wait_in_queue_elsewhere(Semaphore& semaphore) const;
+  /// handled() when the clause must be asked. Cold: a failure, or a success under a result
+  /// condition, so that a strategy's success path saves no register for it.
+  [[nodiscard, gnu::cold]] bool judge() const noexcept;
+  void emit_event(Event& event) const noexcept;
+
+  detail::CallBase* call_;
+  const detail::PipelineLayer* entry_;  ///< this position's strategy, clause and frame offset
+  std::size_t index_;
+};
+
+/// Resumes a suspended strategy; see Layer::wait_handler.
+class WaitHandler {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+  using cancellation_slot_type = boost::asio::cancellation_slot;
+  using allocator_type = detail::CachingAllocator<void>;
+
+  explicit WaitHandler(detail::CallBase* call) noexcept : call_(call) {}
+  WaitHandler(WaitHandler&& other) noexcept : call_(std::exchange(other.call_, nullptr)) {}
+  WaitHandler& operator=(WaitHandler&&) = delete;
+  ~WaitHandler() {
+    // A moved-from handler costs one test.
+    if (call_ != nullptr) [[unlikely]] {
+      drop();
+    }
+  }
+
+  void operator()(const boost::system::error_code& ec) {
+    detail::CallBase* call = std::exchange(call_, nullptr);
+    // Run before the callback that started the wait returned: the engine reports it then.
+    if (call->hand_over_wait(detail::WaitHandoff::completed, ec)) return;
+    call->wait_completed(ec);
+  }
+  [[nodiscard]] executor_type get_executor() const noexcept {
+    return call_ != nullptr ? call_->call_executor() : executor_type();
+  }
+  /// Answers on a moved-from handler too (an initiation that fails after moving it may ask).
+  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
+    return call_ != nullptr ? call_->step_slot() : cancellation_slot_type();
+  }
+  /// Waits started with this handler allocate from kevlar's per-thread block cache.
+  [[nodiscard]] allocator_type get_allocator() const noexcept { return {}; }
+
+ protected:
+  detail::CallBase* call_;
+
+ private:
+  /// Destroyed uninvoked: by a failed initiation inside the callback (the engine fails the layer),
+  /// on another thread before the callback returned (the engine abandons once it has), or later
+  /// (its executor shut down with the wait pending: abandoned here).
+  [[gnu::noinline]] void drop() noexcept {
+    if (detail::tl_running_call != call_ && !call_->hand_over_wait(detail::WaitHandoff::dropped)) {
+      call_->abandon_execution();
+    }
+  }
+};
+
+namespace detail {
+
+/// The WaitHandler of kevlar's own queue waits (the concurrency limiter): its cancellation slot
+/// keeps the handler inside the execution, so that parking allocates nothing.
+class QueueWaitHandler : public WaitHandler {
+ public:
+  using cancellation_slot_type = InlineSlot;
+  /// Its grant may be delivered by the engine's trampoline (see detail/trampoline.hpp).
+  static constexpr bool kevlar_inline_grant = true;
+  using WaitHandler::WaitHandler;
+  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
+    return call_ != nullptr ? call_->inline_slot() : cancellation_slot_type();
+  }
+};
+
+/// True if the caller, a stop request or a deadline outside `layer` cancelled its execution: what
+/// a strategy checks when a step it awaited (a wait, a hook) has ended, and before it starts
+/// another attempt.
+[[nodiscard]] inline bool cancelled_meanwhile(const Layer& layer) noexcept {
+  return layer.cancelled_from_outside() || layer.context().cancelled();
+}
+
+/// kevlar's own layer (the attempt observer) reaches the execution it runs in.
+struct LayerAccess {
+  static CallBase* call(const Layer& layer) noexcept { return layer.call_; }
+};
+
+}  // namespace detail
+
+inline WaitHandler Layer::wait_handler() const noexcept {
+  call_->arm_wait_handoff();
+  return WaitHandler(call_);
+}
+
+inline detail::QueueWaitHandler Layer::queue_wait_handler() const noexcept {
+  call_->arm_wait_handoff();
+  return detail::QueueWaitHandler(call_);
+}
+
+}  // namespace kevlar
