@@ -54,10 +54,12 @@ enum class RejectionKind : unsigned char {
 // on the number of kinds.
 
 /// A class that can be delivered as an event: copyable, naming its kind with `kevlar_event`.
+/// (The name is checked before copyability, so that a class with a constructor template
+/// constrained on EventDetail, which is not an event itself, does not make the check recursive.)
 template <class D>
-concept EventDetail = std::is_class_v<D> && std::is_copy_constructible_v<D> && requires {
+concept EventDetail = std::is_class_v<D> && requires {
   { D::kevlar_event } -> std::convertible_to<std::string_view>;
-};
+} && std::is_copy_constructible_v<D>;
 
 class EventKind;
 template <EventDetail D>
