@@ -95,19 +95,22 @@ Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
 
 EngineAction CallBase::advance(Step step) {
   const std::size_t n = pipeline_->size;
+  // The loop carries the step's kind; take() keeps its argument (a wait's deadline) in the
+  // execution.
+  Step::Kind kind = take(step);
   for (;;) {
-    switch (step) {
-      case Step::run_inner: {
+    switch (kind) {
+      case Step::Kind::run_inner: {
         if (depth_ == attempt_layer_) [[unlikely]] {
           if (!leave_parked_layer()) {
-            step = refuse_step_with_attempts(step);
+            kind = take(refuse_step_with_attempts(kind));
             continue;
           }
         }
         const std::size_t next = depth_ + 1;  // no_layer + 1 wraps to 0
         if (next < n) {
           depth_ = next;
-          step = dispatch_start(next);
+          kind = take(dispatch_start(next));
           continue;
         }
         if (n != 0 && past_deadline()) {
@@ -122,36 +125,36 @@ EngineAction CallBase::advance(Step step) {
           outcome_.set_error(boost::asio::error::operation_aborted);
           if (n == first_) return EngineAction::deliver;  // no layer of its own
           depth_ = n - 1;
-          step = dispatch_inner_complete(depth_);
+          kind = take(dispatch_inner_complete(depth_));
           continue;
         }
         depth_ = n;
         count_attempt();
         return EngineAction::start_operation;
       }
-      case Step::complete:
+      case Step::Kind::complete:
         if (depth_ == attempt_layer_) [[unlikely]] release_attempts(true);
         finish_layer(depth_);
         if (depth_ == first_) return EngineAction::deliver;
         --depth_;
-        step = dispatch_inner_complete(depth_);
+        kind = take(dispatch_inner_complete(depth_));
         continue;
-      case Step::wait:
+      case Step::Kind::wait:
         if (depth_ == attempt_layer_) [[unlikely]] {
           if (!leave_parked_layer()) {
-            step = refuse_step_with_attempts(step);
+            kind = take(refuse_step_with_attempts(kind));
             continue;
           }
         }
-        return EngineAction::wait;
-      case Step::suspend:
+        return EngineAction::wait;  // until wait_deadline_, which take() kept
+      case Step::Kind::suspend:
         if (depth_ == attempt_layer_) [[unlikely]] {
           // The parked layer's callback returned: completions it caused were queued.
           Attempts& a = async_->attempts;
           a.busy = false;
           if (a.abandoned) return EngineAction::abandon;  // an attempt's executor shut down
           if (!a.done.empty()) {
-            step = report_attempt();
+            kind = take(report_attempt());
             continue;
           }
         }
@@ -170,7 +173,7 @@ EngineAction CallBase::advance(Step step) {
                 step_completed();
                 resumed_ = true;
                 if (depth_ == attempt_layer_) async_->attempts.busy = true;
-                step = dispatch_wait_complete(depth_, async_->handoff_error());
+                kind = take(dispatch_wait_complete(depth_, async_->handoff_error()));
                 continue;
               case WaitHandoff::dropped:
                 return EngineAction::abandon;  // destroyed uninvoked: it never completes
@@ -202,19 +205,20 @@ EngineAction CallBase::wait_done(const boost::system::error_code& ec) {
 // shares with the asynchronous machine (the dispatchers) is inline in <kevlar/strategy.hpp>.
 
 Step CallBase::sync_wait(std::size_t index, Step step) {
-  if (step == Step::suspend) {
+  if (step.kind() != Step::Kind::wait) {
     // The machine's pending: only a strategy's own asynchronous wait or attempts leave a step
     // pending.
     return fail_layer(index, std::make_exception_ptr(std::logic_error(
                                  "kevlar: a strategy returned Step::suspend from a synchronous "
                                  "execution")));
   }
-  // Step::wait. A deadline set for the running attempt (a synchronous timeout) cuts it short.
-  const Clock::time_point until = std::min(wait_deadline_, context_->deadline_);
+  // A deadline set for the running attempt (a synchronous timeout) cuts it short.
+  const Clock::time_point wanted = step.deadline();
+  const Clock::time_point until = std::min(wanted, context_->deadline_);
   const bool reached = context_->clock().sleep_until(until, context_->stop_token());
   // Aborted if stopped, or if the deadline ended the wait: cut short, or due at the same moment
   // (the strategy must not start an attempt past the deadline).
-  const bool aborted = !reached || context_->deadline_ <= wait_deadline_;
+  const bool aborted = !reached || context_->deadline_ <= wanted;
   return dispatch_wait_complete(
       index, aborted ? boost::system::error_code(boost::asio::error::operation_aborted)
                      : boost::system::error_code());
@@ -271,9 +275,9 @@ void CallBase::run(Step step) {
   perform(advance(step));
 }
 
-Step CallBase::refuse_step_with_attempts(Step step) noexcept {
+Step CallBase::refuse_step_with_attempts(Step::Kind kind) noexcept {
   outcome_.set_exception(std::make_exception_ptr(std::logic_error(
-      step == Step::run_inner
+      kind == Step::Kind::run_inner
           ? "kevlar: a strategy returned Step::run_inner while attempts it started are running "
             "(start another with Layer::start_attempt)"
           : "kevlar: a strategy returned Step::wait while attempts it started are running (arm "

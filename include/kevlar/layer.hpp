@@ -120,13 +120,14 @@ class Layer {
     call_->restore_deadline(saved);
   }
 
-  /// Asks the engine to wait until `deadline` (Step::wait); returns Step::wait.
-  Step wait_until(Clock::time_point deadline) const noexcept {
-    call_->set_wait_deadline(deadline);
-    return Step::wait;
+  /// Step::wait_until(deadline): a wait until `deadline` on the shield's clock.
+  [[nodiscard]] static constexpr Step wait_until(Clock::time_point deadline) noexcept {
+    return Step::wait_until(deadline);
   }
-  /// Asks the engine to wait for `d` (Step::wait); returns Step::wait.
-  Step wait_for(Clock::duration d) const noexcept { return wait_until(clock().now() + d); }
+  /// Step::wait_until(now + d): a wait of `d` from now on the shield's clock.
+  [[nodiscard]] Step wait_for(Clock::duration d) const noexcept {
+    return Step::wait_until(clock().now() + d);
+  }
 
   /// True if the caller cancelled this execution, or a strategy outside this one cancelled the
   /// part of the pipeline this one runs in. A strategy uses it to tell "cancelled from outside"

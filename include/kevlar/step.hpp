@@ -3,23 +3,110 @@
 #pragma once
 
 #include <kevlar/clause.hpp>
+#include <kevlar/clock.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace kevlar {
 
-/// What a strategy asks the engine to do next for its position in the pipeline.
-enum class Step : unsigned char {
-  run_inner,  ///< run the rest of the pipeline (and finally the user's operation) once more
-  complete,   ///< this position is done; the current outcome flows to the strategy outside it;
-              ///< attempts it started that still run are cancelled and detached
-  wait,       ///< wait until the deadline given to Layer::wait_until / wait_for, then call
-              ///< Strategy::on_wait_complete (blocks the thread in a synchronous execution)
-  suspend,    ///< the strategy started its own asynchronous wait with Layer::wait_handler(), or
-              ///< attempts with Layer::start_attempt(): their completions call
-              ///< Strategy::on_wait_complete / on_attempt_complete (asynchronous executions only)
+/// What a strategy asks the engine to do next for its position in the pipeline: a small value
+/// that carries its own arguments (a wait carries its deadline), returned by every callback. The
+/// engine performs it once the callback has returned; a callback starts nothing itself.
+///
+/// ```
+/// return Step::run_inner;                                // run the inner part (once more)
+/// return Step::complete;                                 // done: the outcome moves outwards
+/// return Step::wait_until(layer.clock().now() + 100ms);  // then on_wait_complete
+/// ```
+///
+/// One machine word, trivially copyable, so that it travels in a register: the kind in its low
+/// three bits, the argument above them.
+class Step {
+ public:
+  /// The kinds of step, as Step::kind() reports them.
+  enum class Kind : unsigned char {
+    run_inner,  ///< run the rest of the pipeline (and finally the user's operation) once more
+    complete,   ///< this position is done; the current outcome flows to the strategy outside it;
+                ///< attempts it started that still run are cancelled and detached
+    wait,       ///< wait until deadline(), then call Strategy::on_wait_complete (blocks the
+                ///< thread in a synchronous execution)
+    suspend,    ///< the strategy started its own asynchronous wait with Layer::wait_handler(),
+                ///< or attempts with Layer::start_attempt(): their completions call
+                ///< Strategy::on_wait_complete / on_attempt_complete (asynchronous executions
+                ///< only)
+  };
+
+  /// The steps without an argument, as constants: `return Step::run_inner;` converts one to a
+  /// Step. (Enumerators rather than Step objects, so that the compiler folds them as early as
+  /// the numbers they are.)
+  enum class Plain : unsigned char {
+    run_inner = static_cast<unsigned char>(Kind::run_inner),
+    complete = static_cast<unsigned char>(Kind::complete),
+    suspend = static_cast<unsigned char>(Kind::suspend),
+  };
+  /// Runs the inner part of the pipeline (the strategies inside this one, then the user's
+  /// operation) once more; its completion calls Strategy::on_inner_complete.
+  static constexpr Plain run_inner = Plain::run_inner;
+  /// Ends this position: the current outcome flows to the strategy outside it.
+  static constexpr Plain complete = Plain::complete;
+  /// The strategy's own wait or attempts own the execution (see Kind::suspend).
+  static constexpr Plain suspend = Plain::suspend;
+
+  /// A step without an argument; implicit, so that `return Step::complete;` reads as it does.
+  constexpr Step(Plain plain) noexcept  // NOLINT(google-explicit-constructor)
+      : bits_(static_cast<std::uint64_t>(plain)) {}
+
+  /// Waits until `deadline` on the shield's clock, then calls Strategy::on_wait_complete: with
+  /// success once it is reached, with `operation_aborted` if the caller cancelled the wait or an
+  /// enclosing deadline (Context::deadline) cut it short. A deadline already passed completes at
+  /// once (asynchronously: through the execution's executor). A deadline more than 36 years from
+  /// the clock's epoch is kept as Clock::time_point::max() (never), or min() before it.
+  [[nodiscard]] static constexpr Step wait_until(Clock::time_point deadline) noexcept {
+    return Step(encode_ticks(deadline.time_since_epoch().count()) | bits(Kind::wait));
+  }
+
+  /// What this step asks for.
+  [[nodiscard]] constexpr Kind kind() const noexcept {
+    return static_cast<Kind>(bits_ & kind_mask);
+  }
+  /// The deadline of a wait (kind() == Kind::wait); unspecified for other kinds.
+  [[nodiscard]] constexpr Clock::time_point deadline() const noexcept {
+    // An arithmetic shift: the ticks' sign comes back.
+    const auto ticks = static_cast<Clock::duration::rep>(bits_) >> kind_bits;
+    if (ticks == max_ticks) return Clock::time_point::max();
+    if (ticks == -max_ticks) return Clock::time_point::min();
+    return Clock::time_point(Clock::duration(ticks));
+  }
+
+  /// Two steps are equal if they ask for the same thing (waits: until the same deadline).
+  friend constexpr bool operator==(Step a, Step b) noexcept { return a.bits_ == b.bits_; }
+
+  /// The step's machine word, for the engine: run_inner is 0 and complete 1, and every other
+  /// step is greater than 1, so one comparison sets those two apart.
+  [[nodiscard]] constexpr std::uint64_t word() const noexcept { return bits_; }
+
+ private:
+  static constexpr int kind_bits = 3;
+  static constexpr std::uint64_t kind_mask = (std::uint64_t{1} << kind_bits) - 1;
+  /// Ticks whose shifted value fits the word, both signs; the bounds stand for max() and min().
+  static constexpr Clock::duration::rep max_ticks =
+      (Clock::duration::rep{1} << (63 - kind_bits)) - 1;
+
+  constexpr explicit Step(std::uint64_t bits) noexcept : bits_(bits) {}
+  static constexpr std::uint64_t bits(Kind kind) noexcept {
+    return static_cast<std::uint64_t>(kind);
+  }
+  static constexpr std::uint64_t encode_ticks(Clock::duration::rep ticks) noexcept {
+    if (ticks > max_ticks) ticks = max_ticks;
+    if (ticks < -max_ticks) ticks = -max_ticks;
+    return static_cast<std::uint64_t>(ticks) << kind_bits;
+  }
+
+  std::uint64_t bits_;
 };
+
 
 /// How a strategy takes part in handling clauses and chain validation.
 enum class StrategyRole : unsigned char {

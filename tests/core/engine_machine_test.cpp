@@ -135,6 +135,20 @@ TEST_F(Machine, AWaitIsAnActionWithItsDeadline) {
   EXPECT_EQ(log_.events(), (Strings{"retry:start", "retry:wait ok", "retry:inner", "retry:finish"}));
 }
 
+TEST_F(Machine, TheWaitIsTheStepReturnedNotTheLastOneBuilt) {
+  // A step carries its deadline: building another wait (and dropping it) changes nothing.
+  Scripted layer("waiter", log_);
+  layer.start = [](Layer& l) {
+    const Step first = l.wait_for(3s);
+    [[maybe_unused]] const Step dropped = l.wait_for(7s);
+    return first;
+  };
+  MachineCall& call = start_pipeline({&layer});
+
+  ASSERT_EQ(call.advance(Step::run_inner), EngineAction::wait);
+  EXPECT_EQ(call.wait_deadline(), clock_->now() + 3s);
+}
+
 TEST_F(Machine, AnAbortedWaitReachesTheStrategyThatAskedForIt) {
   Scripted outer("outer", log_);
   Scripted waiter("waiter", log_);

@@ -94,21 +94,22 @@ kevlar::StrategyTraits racing_traits() noexcept {
 /// Misuse the engine refuses: run_inner or wait while attempts run.
 class Misuse final : public kevlar::Strategy {
  public:
-  explicit Misuse(Step next) : next_(next) {}
+  /// What it returns while its attempt runs.
+  enum class Then : unsigned char { run_inner, wait };
+  explicit Misuse(Then then) : then_(then) {}
   std::string describe() const override { return "Misuse"; }
   kevlar::StrategyTraits traits() const noexcept override { return racing_traits(); }
   kevlar::Step on_start(kevlar::Layer& layer) override {
     layer.start_attempt();
-    if (next_ == Step::wait) layer.wait_for(std::chrono::seconds(1));
-    return next_;
+    return then_ == Then::wait ? layer.wait_for(std::chrono::seconds(1)) : Step::run_inner;
   }
 
  private:
-  Step next_;
+  Then then_;
 };
 
 TEST_F(UserAttempts, RunInnerWhileAttemptsRunFailsThePositionAndCancelsThem) {
-  start(Shield{}.use(std::make_shared<Misuse>(Step::run_inner)));
+  start(Shield{}.use(std::make_shared<Misuse>(Misuse::Then::run_inner)));
   ASSERT_TRUE(ec.has_value());
   EXPECT_EQ(*ec, make_error_code(errc::callback_exception)) << "a std::logic_error outcome";
   ASSERT_EQ(ops.size(), 1u);
@@ -116,7 +117,7 @@ TEST_F(UserAttempts, RunInnerWhileAttemptsRunFailsThePositionAndCancelsThem) {
 }
 
 TEST_F(UserAttempts, WaitWhileAttemptsRunFailsThePosition) {
-  start(Shield{}.use(std::make_shared<Misuse>(Step::wait)));
+  start(Shield{}.use(std::make_shared<Misuse>(Misuse::Then::wait)));
   ASSERT_TRUE(ec.has_value());
   EXPECT_EQ(*ec, make_error_code(errc::callback_exception));
 }

@@ -14,6 +14,7 @@
 #include <kevlar/detail/trampoline.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
+#include <kevlar/step.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -34,7 +35,6 @@ namespace kevlar {
 
 class Layer;
 class Strategy;
-enum class Step : unsigned char;
 
 namespace detail {
 
@@ -64,8 +64,8 @@ enum class WaitHandoff : unsigned char {
 
 /// What only an asynchronous execution needs to run its pending steps: the signal forwarding
 /// cancellation to the pending step, the inline slot of kevlar's own queue waits, the timer of
-/// Step::wait, and the attempts a layer runs at once. It lives in the asynchronous execution's
-/// block; a synchronous execution has none.
+/// Step::wait_until, and the attempts a layer runs at once. It lives in the asynchronous
+/// execution's block; a synchronous execution has none.
 struct AsyncSteps {
   boost::asio::cancellation_signal step_signal;
   InlineCancellation inline_cancellation;
@@ -101,7 +101,7 @@ struct AsyncSteps {
 /// back to the machine as the next event.
 enum class EngineAction : unsigned char {
   start_operation,  ///< run the user's operation once (Context::attempt() is counted already)
-  wait,     ///< wait until the wait deadline for the layer at the current depth (Step::wait)
+  wait,     ///< wait until the wait deadline for the layer at the current depth (Step::wait_until)
   pending,  ///< a strategy's own wait or the attempts of a parked layer own the execution
   park,     ///< park the queue wait the layer prepared (Layer::wait_in_queue)
   deliver,  ///< the execution completed: its outcome is the caller's
@@ -191,7 +191,7 @@ class CallBase : private ClockWaiter {
   void run(Step step);
   /// The user's operation completed; its result is in outcome_.
   void operation_completed();
-  /// A wait started by a strategy (Step::wait or Layer::wait_handler) completed.
+  /// A wait started by a strategy (Step::wait_until or Layer::wait_handler) completed.
   void wait_completed(const boost::system::error_code& ec);
   /// The execution will never complete: tell every active layer and destroy it.
   void abandon_execution() noexcept;
@@ -254,7 +254,6 @@ class CallBase : private ClockWaiter {
   [[nodiscard]] std::size_t cancel_origin() const noexcept { return cancel_origin_; }
   [[nodiscard]] bool synchronous() const noexcept { return async_ == nullptr; }
 
-  void set_wait_deadline(Clock::time_point t) noexcept { wait_deadline_ = t; }
   Clock::time_point exchange_deadline(Clock::time_point t) noexcept {
     return std::exchange(context_->deadline_, t);
   }
@@ -397,8 +396,15 @@ class CallBase : private ClockWaiter {
       context_->cancel_requested_ = false;
     }
   }
-  /// Step::wait: blocks until wait_deadline_ (or the context's deadline, if earlier) and reports
-  /// how it ended to the layer; Step::suspend: fails the layer.
+  /// The kind of `step`, a callback's result; its argument (a wait's deadline) is kept in the
+  /// execution, so that the machine's loop carries one byte.
+  KEVLAR_DETAIL_ALWAYS_INLINE Step::Kind take(Step step) noexcept {
+    if (step.kind() == Step::Kind::wait) wait_deadline_ = step.deadline();
+    return step.kind();
+  }
+  /// A synchronous execution's other steps: a wait blocks until its deadline (or the context's
+  /// deadline, if earlier) and reports how it ended to the layer, returning the layer's next step;
+  /// Step::suspend fails the layer.
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   /// A synchronous attempt starts: Context::attempt() counts it.
   void count_attempt() noexcept { ++context_->attempt_; }
@@ -422,7 +428,7 @@ class CallBase : private ClockWaiter {
   /// Starts the user's operation; false if its initiation threw and dropped its handler (the
   /// outcome is then the exception).
   bool start_operation();
-  /// Arms the timer of Step::wait; false if that threw (the outcome is then the exception).
+  /// Arms the timer of Step::wait_until; false if that threw (the outcome is then the exception).
   bool start_wait();
 
   void resume_after_operation();
@@ -437,12 +443,12 @@ class CallBase : private ClockWaiter {
   void release_attempts(bool cancel) noexcept;
   /// Forwards a cancellation to every running attempt of the parked layer.
   void forward_cancellation(boost::asio::cancellation_type type) noexcept;
-  [[gnu::noinline]] Step refuse_step_with_attempts(Step step) noexcept;
+  [[gnu::noinline]] Step refuse_step_with_attempts(Step::Kind kind) noexcept;
   /// The parked layer asks for run_inner or wait: allowed (the layer stops being parked) once
   /// every attempt it started was reported.
   bool leave_parked_layer() noexcept;
 
-  // ClockWaiter (asynchronous Step::wait).
+  // ClockWaiter (asynchronous Step::wait_until).
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept override {
     return call_executor();
   }

@@ -33,6 +33,19 @@ struct MemberClass<F C::*> {
   using type = C;
 };
 
+/// The direct calls LayerHooks holds for a final class `S`. Function templates rather than
+/// lambdas: a lambda's conversion to a function pointer goes through a forwarding function that
+/// g++ 12 does not turn into a tail call when the result is a class (Step), which cost every
+/// layer a call frame.
+template <class S>
+Step direct_inner_complete(Strategy& s, Layer& l) {
+  return static_cast<S&>(s).on_inner_complete(l);
+}
+template <class S>
+void direct_finish(Strategy& s, Layer& l) noexcept {
+  static_cast<S&>(s).on_finish(l);
+}
+
 /// The hooks of strategy class `S` (see LayerHooks). Naming a callback through `S` finds the
 /// declaration nearest to `S`: Strategy's own (the default) unless `S` or a base between them
 /// declares one. Only a declaration with exactly the virtual's signature, in a class derived
@@ -52,9 +65,7 @@ constexpr LayerHooks layer_hooks() noexcept {
         h.inner_complete = nullptr;
       } else if constexpr (std::derived_from<C, Strategy> &&
                            std::is_same_v<M, Step (C::*)(Layer&)>) {
-        h.inner_complete = [](Strategy& s, Layer& l) {
-          return static_cast<S&>(s).on_inner_complete(l);
-        };
+        h.inner_complete = &direct_inner_complete<S>;
       }
     }
     if constexpr (requires { &S::on_finish; }) {
@@ -64,7 +75,7 @@ constexpr LayerHooks layer_hooks() noexcept {
         h.finish = nullptr;
       } else if constexpr (std::derived_from<C, Strategy> &&
                            std::is_same_v<M, void (C::*)(Layer&) noexcept>) {
-        h.finish = [](Strategy& s, Layer& l) noexcept { static_cast<S&>(s).on_finish(l); };
+        h.finish = &direct_finish<S>;
       }
     }
   }

@@ -15,7 +15,7 @@ namespace kevlar {
 
 class Layer;
 class Strategy;
-enum class Step : unsigned char;
+class Step;
 
 namespace detail {
 

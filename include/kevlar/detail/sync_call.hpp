@@ -192,16 +192,16 @@ class SyncCall final : public CallBase {
   KEVLAR_DETAIL_ALWAYS_INLINE void walk_layer(std::size_t index) {
     Layer layer(*this, index);  // one per layer, handed to each of its callbacks
     Step step = dispatch_start(layer, index);
-    if (step == Step::run_inner) [[likely]] {  // the machine's next layer, or its start_operation
+    if (step == Step::run_inner) [[likely]] {  // the machine's next layer, or its attempt
       run_inner_part<Inlined, Again>(index);
       step = dispatch_inner_complete(layer, index);
     }
-    while (step != Step::complete) {  // the outer layer's inner_complete, or deliver, once complete
+    while (step != Step::complete) {  // the outer layer's inner_complete, or deliver, next
       if (step == Step::run_inner) {  // another round (a repeater, or after a wait)
         run_inner_part<0, true>(index);
         step = dispatch_inner_complete(layer, index);
       } else {
-        step = sync_wait(index, step);
+        step = sync_wait(index, step);  // a wait, performed here
       }
     }
     finish_layer(layer, index);

@@ -258,7 +258,7 @@ boost::asio::awaitable<void> lane_hook(CircuitBreakerCore* core, CircuitStateCha
 
 Step CircuitBreaker::after_transitions(Layer& layer, Frame& f, bool claimed, Step next) {
   if (!claimed) return next;
-  f.after_lane = next;
+  f.run_after_lane = next.kind() == Step::Kind::run_inner;
   f.pending = Frame::Pending::lane;
   return pump_lane(layer, f);
 }
@@ -277,13 +277,13 @@ Step CircuitBreaker::pump_lane(Layer& layer, Frame& f) {
 }
 
 Step CircuitBreaker::lane_done(Layer& layer, Frame& f, std::vector<std::exception_ptr> failures) {
-  const bool probe_waits = f.after_lane == Step::run_inner && f.admission.probe();
+  const bool probe_waits = f.run_after_lane && f.admission.probe();
   f.pending = probe_waits ? Frame::Pending::probe : Frame::Pending::nothing;
   if (failures.empty()) {
-    if (f.after_lane == Step::run_inner && core_.slow_calls()) {
+    if (f.run_after_lane && core_.slow_calls()) {
       f.started = layer.clock().now();  // the call's duration starts now, not before the hooks
     }
-    return f.after_lane;
+    return f.run_after_lane ? Step::run_inner : Step::complete;
   }
   if (probe_waits) {  // the probe does not run
     core_.release(f.admission);
@@ -328,7 +328,7 @@ void CircuitBreaker::settle(Frame& f) noexcept {
       return;
     case Frame::Pending::lane:  // abandoned while it awaited a state-change hook
       core_.abandon_lane();
-      if (f.after_lane == Step::run_inner) core_.release(f.admission);
+      if (f.run_after_lane) core_.release(f.admission);
       return;
   }
 }

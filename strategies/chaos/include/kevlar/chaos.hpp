@@ -213,7 +213,7 @@ struct ChaosLatencyOptions {
 
 /// Injects latency: an injected execution waits on the shield's clock, then runs the inner part.
 ///
-/// The wait is the engine's (Step::wait): in an asynchronous execution a clock wait that the
+/// The wait is the engine's (Step::wait_until): in an asynchronous execution a clock wait that the
 /// caller's cancellation, or a timeout outside, ends at once with `operation_aborted` (the
 /// operation is then not called); in a synchronous one the thread sleeps on the clock, and a
 /// deadline (a timeout outside) or the caller's stop token cuts the sleep short. A zero wait

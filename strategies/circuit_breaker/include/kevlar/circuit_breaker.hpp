@@ -42,7 +42,7 @@ struct BreakerFrame {
   CircuitState opening_from;     ///< the state the circuit opens from
   Clock::duration break_length;  ///< the generator's result
   HookEnd hook;                  ///< how the generator or a state-change hook ended
-  Step after_lane;               ///< what the execution does once the lane is empty
+  bool run_after_lane;           ///< once the lane is empty: run_inner (true) or complete
 };
 
 }  // namespace detail
@@ -132,7 +132,8 @@ class CircuitBreaker final : public BasicStrategy<CircuitBreaker, detail::Breake
 
  private:
   /// start() past the closed fast path: half-open probes, open or isolated rejections, timing.
-  Step admit(Layer& layer, Frame& f);
+  /// Out of line, so that start() ends in a tail call.
+  [[gnu::noinline]] Step admit(Layer& layer, Frame& f);
   /// finish() for an execution that still owes the breaker something (f.pending).
   [[gnu::noinline]] void settle(Frame& f) noexcept;
   /// inner_complete when slow calls are tracked, for an outcome that counts (`handled`: a

@@ -95,7 +95,7 @@ struct RetryOptions {
 namespace detail {
 /// A retry's per-execution state.
 struct RetryFrame {
-  /// What the retry waits for when it returns Step::wait or Step::suspend.
+  /// What the retry waits for when it returns Step::wait_until or Step::suspend.
   enum class Stage : unsigned char { backoff, delay_generator, on_retry };
   /// Only `used` is set: the rest is written before it is first read (the happy path, which
   /// never retries, stores one int).
