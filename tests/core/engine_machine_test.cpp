@@ -2,20 +2,28 @@
 // strategies and returns what the execution needs next, and never runs an operation, arms a timer
 // or delivers by itself. These tests drive it event by event with no shell, no io_context and a
 // ManualClock that is never advanced.
+#include "async_ops.hpp"
 #include "test_strategies.hpp"
 
 #include <kevlar/detail/engine.hpp>
 #include <kevlar/kevlar.hpp>
 
 #include <gtest/gtest.h>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/system/system_error.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -228,6 +236,247 @@ TEST_F(Machine, AnEmptyPipelineAsksForTheOperationAndDelivers) {
   call.outcome().set_error(boost::asio::error::connection_reset);
   EXPECT_EQ(call.operation_done(), EngineAction::deliver);
   EXPECT_EQ(call.outcome().error, boost::asio::error::connection_reset);
+}
+
+// ---- One script, three runners: the synchronous shell, the asynchronous shell, the machine -----
+//
+// The same scripted strategies run through Shield::execute, Shield::execute_async and the machine
+// driven by hand must produce the same trace: the strategies' callbacks in order, and what the
+// runner did in between ("op" for an attempt of the operation, "wait <ms>" for a wait it
+// performed, "deliver ok" / "deliver failed" at the end). The shells' waits go through a clock
+// that jumps to each deadline as it is asked to wait, so that no test sleeps.
+
+/// A clock that, asked to wait until t, logs the wait and jumps to t: at once for a blocking wait,
+/// through the waiter's executor for a timer's.
+class JumpClock final : public Clock {
+ public:
+  explicit JumpClock(test::EventLog& log) : log_(&log) {}
+  [[nodiscard]] time_point now() const noexcept override {
+    return time_point(duration(now_.load()));
+  }
+  bool sleep_until(time_point deadline, std::stop_token /*stop*/) const override {
+    jump(deadline);
+    return true;
+  }
+  [[nodiscard]] std::unique_ptr<ClockTimer> make_timer(
+      const boost::asio::any_io_executor& /*executor*/) const override {
+    return std::make_unique<Timer>(*this);
+  }
+
+ private:
+  class Timer final : public ClockTimer {
+   public:
+    explicit Timer(const JumpClock& clock) : clock_(&clock) {}
+    void async_wait_until(Clock::time_point deadline, ClockWaiter& waiter) override {
+      clock_->jump(deadline);
+      boost::asio::post(waiter.executor(), [&waiter] { waiter.complete({}); });
+    }
+    void cancel() noexcept override {}
+
+   private:
+    const JumpClock* clock_;
+  };
+
+  void jump(time_point deadline) const {
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now());
+    log_->add("wait " + std::to_string(wait.count()) + "ms");
+    now_.store(std::max(now_.load(), deadline.time_since_epoch().count()));
+  }
+
+  test::EventLog* log_;
+  mutable std::atomic<duration::rep> now_{duration(std::chrono::hours(1)).count()};
+};
+
+/// Scripts the outer and the inner strategy of a two-layer pipeline (fresh objects each run).
+using Script = std::function<void(Scripted& outer, Scripted& inner)>;
+
+/// A strategy that does not own itself, for a shield built around one on the test's stack.
+std::shared_ptr<Scripted> borrowed(Scripted& s) { return {&s, [](Scripted*) {}}; }
+
+/// The trace of Shield::execute with the operation failing its first `failures` attempts.
+Strings trace_sync(const Script& script, int failures) {
+  test::EventLog log;
+  Scripted outer("outer", log);
+  Scripted inner("inner", log);
+  script(outer, inner);
+  const Shield shield = Shield{}
+                            .with_clock(std::make_shared<JumpClock>(log))
+                            .use(borrowed(outer))
+                            .use(borrowed(inner));
+  int attempts = 0;
+  try {
+    shield.execute([&] {
+      log.add("op");
+      if (attempts++ < failures) {
+        throw boost::system::system_error(boost::asio::error::connection_reset);
+      }
+      return 7;
+    });
+    log.add("deliver ok");
+  } catch (const std::exception&) {
+    log.add("deliver failed");
+  }
+  return log.events();
+}
+
+/// The trace of Shield::execute_async on an io_context, the operation failing as above.
+Strings trace_async(const Script& script, int failures) {
+  test::EventLog log;
+  Scripted outer("outer", log);
+  Scripted inner("inner", log);
+  script(outer, inner);
+  const Shield shield = Shield{}
+                            .with_clock(std::make_shared<JumpClock>(log))
+                            .use(borrowed(outer))
+                            .use(borrowed(inner));
+  boost::asio::io_context ioc;
+  int attempts = 0;
+  shield.execute_async(
+      [&](auto token) {
+        log.add("op");
+        const boost::system::error_code ec = attempts++ < failures
+                                                 ? boost::asio::error::connection_reset
+                                                 : boost::system::error_code();
+        return test::async_answer(ioc.get_executor(), ec, 7, std::move(token));
+      },
+      boost::asio::bind_executor(ioc, [&](const boost::system::error_code& ec, int) {
+        log.add(ec ? "deliver failed" : "deliver ok");
+      }));
+  ioc.run();
+  return log.events();
+}
+
+class ThreeRunners : public Machine {
+ protected:
+  /// The trace of the machine alone, the test acting as its shell.
+  Strings trace_machine(const Script& script, int failures) {
+    Scripted outer("outer", log_);
+    Scripted inner("inner", log_);
+    script(outer, inner);
+    MachineCall& call = start_pipeline({&outer, &inner});
+    int attempts = 0;
+    EngineAction action = call.advance(Step::run_inner);
+    for (int guard = 0; guard < 100; ++guard) {
+      switch (action) {
+        case EngineAction::start_operation:
+          log_.add("op");
+          if (attempts++ < failures) {
+            call.outcome().set_error(boost::asio::error::connection_reset);
+          } else {
+            call.outcome().set_success();
+          }
+          action = call.operation_done();
+          break;
+        case EngineAction::wait: {
+          const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+              call.wait_deadline() - clock_->now());
+          log_.add("wait " + std::to_string(wait.count()) + "ms");
+          clock_->advance_to(call.wait_deadline());
+          action = call.wait_done({});
+          break;
+        }
+        case EngineAction::deliver:
+          log_.add(call.outcome().kind == OutcomeKind::value ? "deliver ok" : "deliver failed");
+          return log_.events();
+        default:
+          ADD_FAILURE() << "an action these scripts never ask for";
+          return log_.events();
+      }
+    }
+    ADD_FAILURE() << "the machine did not deliver";
+    return log_.events();
+  }
+
+  /// Runs `script` three ways and checks each trace against `expected`.
+  void expect_trace(const Script& script, int failures, const Strings& expected) {
+    EXPECT_EQ(trace_machine(script, failures), expected) << "the machine alone";
+    EXPECT_EQ(trace_sync(script, failures), expected) << "the synchronous shell";
+    EXPECT_EQ(trace_async(script, failures), expected) << "the asynchronous shell";
+  }
+};
+
+/// Ends a wait: runs the inner part again if it ended normally.
+Step again_unless_aborted(Layer&, const boost::system::error_code& ec) {
+  return ec ? Step::complete : Step::run_inner;
+}
+
+TEST_F(ThreeRunners, Decorators) {
+  expect_trace([](Scripted&, Scripted&) {}, 0,
+               {"outer:start", "inner:start", "op", "inner:inner", "inner:finish", "outer:inner",
+                "outer:finish", "deliver ok"});
+}
+
+TEST_F(ThreeRunners, ARepeaterWaitsBetweenAttempts) {
+  expect_trace(
+      [](Scripted& outer, Scripted&) {
+        auto tries = std::make_shared<int>(1);
+        outer.inner = [tries](Layer& l) {
+          if (l.outcome().has_value() || *tries == 3) return Step(Step::complete);
+          return l.wait_for(std::chrono::milliseconds(100 * (*tries)++));
+        };
+        outer.wait = again_unless_aborted;
+      },
+      2,
+      {"outer:start", "inner:start", "op", "inner:inner", "inner:finish", "outer:inner",
+       "wait 100ms", "outer:wait ok", "inner:start", "op", "inner:inner", "inner:finish",
+       "outer:inner", "wait 200ms", "outer:wait ok", "inner:start", "op", "inner:inner",
+       "inner:finish", "outer:inner", "outer:finish", "deliver ok"});
+}
+
+TEST_F(ThreeRunners, ARepeaterThatGivesUpDeliversTheFailure) {
+  expect_trace(
+      [](Scripted& outer, Scripted&) {
+        auto tries = std::make_shared<int>(1);
+        outer.inner = [tries](Layer& l) {
+          if (l.outcome().has_value() || (*tries)++ == 2) return Step(Step::complete);
+          return l.wait_for(std::chrono::seconds(1));
+        };
+        outer.wait = again_unless_aborted;
+      },
+      5,
+      {"outer:start", "inner:start", "op", "inner:inner", "inner:finish", "outer:inner",
+       "wait 1000ms", "outer:wait ok", "inner:start", "op", "inner:inner", "inner:finish",
+       "outer:inner", "outer:finish", "deliver failed"});
+}
+
+TEST_F(ThreeRunners, AWaitBeforeTheInnerPart) {
+  expect_trace(
+      [](Scripted&, Scripted& inner) {
+        inner.start = [](Layer& l) { return l.wait_for(std::chrono::seconds(2)); };
+        inner.wait = again_unless_aborted;
+      },
+      0,
+      {"outer:start", "inner:start", "wait 2000ms", "inner:wait ok", "op", "inner:inner",
+       "inner:finish", "outer:inner", "outer:finish", "deliver ok"});
+}
+
+TEST_F(ThreeRunners, AShortCircuitRunsNoOperation) {
+  expect_trace(
+      [](Scripted&, Scripted& inner) {
+        inner.start = [](Layer& l) {
+          l.outcome().set_rejection(make_error_code(errc::circuit_open), std::nullopt);
+          return Step(Step::complete);
+        };
+      },
+      0, {"outer:start", "inner:start", "inner:finish", "outer:inner", "outer:finish",
+          "deliver failed"});
+}
+
+TEST_F(ThreeRunners, ARepeaterAroundAWaiter) {
+  expect_trace(
+      [](Scripted& outer, Scripted& inner) {
+        outer.inner = [](Layer& l) {
+          return l.outcome().has_value() ? Step(Step::complete) : l.wait_for(std::chrono::seconds(1));
+        };
+        outer.wait = again_unless_aborted;
+        inner.start = [](Layer& l) { return l.wait_for(std::chrono::milliseconds(250)); };
+        inner.wait = again_unless_aborted;
+      },
+      1,
+      {"outer:start", "inner:start", "wait 250ms", "inner:wait ok", "op", "inner:inner",
+       "inner:finish", "outer:inner", "wait 1000ms", "outer:wait ok", "inner:start", "wait 250ms",
+       "inner:wait ok", "op", "inner:inner", "inner:finish", "outer:inner", "outer:finish",
+       "deliver ok"});
 }
 
 }  // namespace
