@@ -280,8 +280,8 @@ Step CallBase::refuse_step_with_attempts(Step::Kind kind) noexcept {
       kind == Step::Kind::run_inner
           ? "kevlar: a strategy returned Step::run_inner while attempts it started are running "
             "(start another with Layer::start_attempt)"
-          : "kevlar: a strategy returned Step::wait while attempts it started are running (arm "
-            "its wait through the deadline service and return Step::suspend)")));
+          : "kevlar: a strategy returned Step::wait_until while attempts it started are running "
+            "(arm its wait through the deadline service and return Step::suspend)")));
   return Step::complete;
 }
 

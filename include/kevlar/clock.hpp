@@ -28,7 +28,8 @@ class Clock {
  public:
   using duration = std::chrono::nanoseconds;
   /// Time points share std::chrono::steady_clock's epoch domain; a manual clock starts wherever it
-  /// is told to.
+  /// is told to. A clock's readings should stay within 2^61 ns (about 73 years) of the epoch: a
+  /// strategy's wait (Step::wait_until) keeps a deadline further out as never.
   using time_point = std::chrono::time_point<std::chrono::steady_clock, duration>;
 
   virtual ~Clock() = default;
@@ -106,7 +107,7 @@ class ClockTimer {
 /// Thread-safety: all members may be called from any thread.
 class ManualClock final : public Clock {
  public:
-  /// A clock reading `start`.
+  /// A clock reading `start` (within 2^61 ns of the epoch for its waits to end: see time_point).
   explicit ManualClock(time_point start = time_point{std::chrono::hours(1)});
   ~ManualClock() override;
   ManualClock(const ManualClock&) = delete;

@@ -155,8 +155,8 @@ class Layer {
   /// now; its writes stay its own), with its own cancellation slot and its own outcome; its
   /// completion calls Strategy::on_attempt_complete with the id, its outcome then being
   /// layer.outcome(). While attempts run the strategy returns Step::suspend (not run_inner or
-  /// wait, which fail the position with std::logic_error); Step::complete cancels the ones still
-  /// running and forgets them (they end on their own). A cancellation of this execution (the
+  /// wait_until, which fail the position with std::logic_error); Step::complete cancels the ones
+  /// still running and forgets them (they end on their own). A cancellation of this execution (the
   /// caller's, an outer timeout's) reaches every running attempt.
   ///
   /// An attempt that completes inside this call (a strategy inside rejected it) is reported

@@ -12,8 +12,10 @@
 namespace kevlar {
 
 /// What a strategy asks the engine to do next for its position in the pipeline: a small value
-/// that carries its own arguments (a wait carries its deadline), returned by every callback. The
-/// engine performs it once the callback has returned; a callback starts nothing itself.
+/// that carries its own argument (a wait carries its deadline), returned by the strategy's step
+/// callbacks (on_start, on_inner_complete, on_wait_complete, on_attempt_complete). The engine
+/// runs the inner part, completes the position or performs the wait once the callback has
+/// returned.
 ///
 /// ```
 /// return Step::run_inner;                                // run the inner part (once more)
@@ -22,7 +24,7 @@ namespace kevlar {
 /// ```
 ///
 /// One machine word, trivially copyable, so that it travels in a register: the kind in its low
-/// three bits, the argument above them.
+/// two bits, the argument above them.
 class Step {
  public:
   /// The kinds of step, as Step::kind() reports them.
@@ -59,10 +61,13 @@ class Step {
       : bits_(static_cast<std::uint64_t>(plain)) {}
 
   /// Waits until `deadline` on the shield's clock, then calls Strategy::on_wait_complete: with
-  /// success once it is reached, with `operation_aborted` if the caller cancelled the wait or an
-  /// enclosing deadline (Context::deadline) cut it short. A deadline already passed completes at
-  /// once (asynchronously: through the execution's executor). A deadline more than 36 years from
-  /// the clock's epoch is kept as Clock::time_point::max() (never), or min() before it.
+  /// success once it is reached, with `operation_aborted` if the caller cancelled the wait (or a
+  /// strategy outside this one cancelled this part of the pipeline, as a timeout does on expiry);
+  /// in a synchronous execution an enclosing deadline (Context::deadline) also ends it with
+  /// `operation_aborted`. A deadline already passed completes at once (asynchronously: through
+  /// the execution's executor). The deadline is kept to the nanosecond within 2^61 - 2 ns (about
+  /// 73 years) of the clock's epoch; further out it is kept as Clock::time_point::max() (never),
+  /// or min() before it (see Clock: the steady clock counts from the machine's boot).
   [[nodiscard]] static constexpr Step wait_until(Clock::time_point deadline) noexcept {
     return Step(encode_ticks(deadline.time_since_epoch().count()) | bits(Kind::wait));
   }
@@ -83,12 +88,10 @@ class Step {
   /// Two steps are equal if they ask for the same thing (waits: until the same deadline).
   friend constexpr bool operator==(Step a, Step b) noexcept { return a.bits_ == b.bits_; }
 
-  /// The step's machine word, for the engine: run_inner is 0 and complete 1, and every other
-  /// step is greater than 1, so one comparison sets those two apart.
-  [[nodiscard]] constexpr std::uint64_t word() const noexcept { return bits_; }
-
  private:
-  static constexpr int kind_bits = 3;
+  static_assert(sizeof(Clock::duration::rep) == sizeof(std::uint64_t));
+  /// Two bits hold today's four kinds, and leave a wait's deadline 61 bits and a sign.
+  static constexpr int kind_bits = 2;
   static constexpr std::uint64_t kind_mask = (std::uint64_t{1} << kind_bits) - 1;
   /// Ticks whose shifted value fits the word, both signs; the bounds stand for max() and min().
   static constexpr Clock::duration::rep max_ticks =
