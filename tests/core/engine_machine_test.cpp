@@ -283,19 +283,28 @@ using Script = std::function<void(Scripted& outer, Scripted& inner)>;
 /// A strategy that does not own itself, for a shield built around one on the test's stack.
 std::shared_ptr<Scripted> borrowed(Scripted& s) { return {&s, [](Scripted*) {}}; }
 
+/// A shield of two scripted strategies on a JumpClock, for one run of a shell.
+struct ShieldRun {
+  explicit ShieldRun(const Script& script) {
+    script(outer, inner);
+    shield = Shield{}
+                 .with_clock(std::make_shared<JumpClock>(log))
+                 .use(borrowed(outer))
+                 .use(borrowed(inner));
+  }
+  test::EventLog log;
+  Scripted outer{"outer", log};
+  Scripted inner{"inner", log};
+  Shield shield;
+};
+
 /// The trace of Shield::execute with the operation failing its first `failures` attempts.
 Strings trace_sync(const Script& script, int failures) {
-  test::EventLog log;
-  Scripted outer("outer", log);
-  Scripted inner("inner", log);
-  script(outer, inner);
-  const Shield shield = Shield{}
-                            .with_clock(std::make_shared<JumpClock>(log))
-                            .use(borrowed(outer))
-                            .use(borrowed(inner));
+  ShieldRun run(script);
+  test::EventLog& log = run.log;
   int attempts = 0;
   try {
-    shield.execute([&] {
+    run.shield.execute([&] {
       log.add("op");
       if (attempts++ < failures) {
         throw boost::system::system_error(boost::asio::error::connection_reset);
@@ -311,17 +320,11 @@ Strings trace_sync(const Script& script, int failures) {
 
 /// The trace of Shield::execute_async on an io_context, the operation failing as above.
 Strings trace_async(const Script& script, int failures) {
-  test::EventLog log;
-  Scripted outer("outer", log);
-  Scripted inner("inner", log);
-  script(outer, inner);
-  const Shield shield = Shield{}
-                            .with_clock(std::make_shared<JumpClock>(log))
-                            .use(borrowed(outer))
-                            .use(borrowed(inner));
+  ShieldRun run(script);
+  test::EventLog& log = run.log;
   boost::asio::io_context ioc;
   int attempts = 0;
-  shield.execute_async(
+  run.shield.execute_async(
       [&](auto token) {
         log.add("op");
         const boost::system::error_code ec = attempts++ < failures
