@@ -319,21 +319,8 @@ boost::system::error_code BasicUnpairedSemaphore<L>::acquire_or_error(std::stop_
   if (stop.stop_requested()) return boost::asio::error::operation_aborted;
   if (ledger_.try_acquire()) return {};
   detail::BlockingWaiter waiter;
-  {
-    std::lock_guard<detail::SpinLock> lock(lock_);
-    switch (ledger_.admit_locked()) {
-      case Admission::granted:
-        return {};
-      case Admission::closed:
-        return make_error_code(errc::closed);
-      case Admission::rejected:
-        return L::rejection();
-      case Admission::queued:
-        queue_.push_back(&waiter);
-        waiter.set_state(detail::WaitState::linked);
-        break;
-    }
-  }
+  const detail::Parked parked = park(&waiter, []() noexcept {});
+  if (!parked.queued) return parked.ec;  // granted, closed or rejected under the lock
   if (!stop.stop_possible()) return waiter.wait();
   // Declared after the waiter: its destructor waits for a callback running on another thread,
   // so the waiter outlives every use the callback makes of it.
@@ -351,21 +338,8 @@ boost::system::error_code BasicUnpairedSemaphore<L>::acquire_until(const Clock& 
     return make_error_code(ledger_.snapshot().closed ? errc::closed : errc::timeout);
   }
   detail::ClockBlockingWaiter waiter;  // allocates its stop state: before the ledger changes
-  {
-    std::lock_guard<detail::SpinLock> lock(lock_);
-    switch (ledger_.admit_locked()) {
-      case Admission::granted:
-        return {};
-      case Admission::closed:
-        return make_error_code(errc::closed);
-      case Admission::rejected:
-        return L::rejection();
-      case Admission::queued:
-        queue_.push_back(&waiter);
-        waiter.set_state(detail::WaitState::linked);
-        break;
-    }
-  }
+  const detail::Parked parked = park(&waiter, []() noexcept {});
+  if (!parked.queued) return parked.ec;  // granted, closed or rejected under the lock
   // Declared after the waiter: its destructor waits for a callback running on another thread.
   std::optional<std::stop_callback<detail::StopForwarder>> on_stop;
   if (stop.stop_possible()) on_stop.emplace(stop, detail::StopForwarder{&waiter});
