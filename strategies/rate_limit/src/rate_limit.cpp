@@ -104,16 +104,11 @@ RateLimitLedger::RateLimitLedger(Clock::duration emission_interval, std::uint32_
 
 RateLimitLedger::Decision RateLimitLedger::acquire_contended(const Clock& clock) noexcept {
   rep tat = tat_.load(std::memory_order_acquire);
-  for (;;) {
-    const rep now = clock.now().time_since_epoch().count();  // after the load
-    const rep lead = ahead(tat, now);
-    if (lead > tolerance_) return {Decision::Kind::rejected, Clock::duration(lead - tolerance_)};
-    const rep next = (tat > now ? tat : now) + interval_;
-    if (tat_.compare_exchange_weak(tat, next, std::memory_order_release,
-                                   std::memory_order_acquire)) {
-      return {};
-    }
+  Decision d;
+  // Each try reads the clock after the load (or the failed exchange) it compares against.
+  while (!try_gcra(tat, clock.now().time_since_epoch().count(), d)) {
   }
+  return d;
 }
 
 RateLimitLedger::Decision RateLimitLedger::acquire_queued(rep now) noexcept {

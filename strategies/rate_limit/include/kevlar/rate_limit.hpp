@@ -168,18 +168,29 @@ class RateLimitLedger {
   /// far behind).
   static rep ahead(rep tat, rep now) noexcept { return tat <= now ? 0 : tat - now; }
 
+  /// One try of the lock-free GCRA step at `now` against `tat` (the last value read): true with
+  /// the decision in `d`, or false with `tat` reloaded by the failed exchange.
+  bool try_gcra(rep& tat, rep now, Decision& d) noexcept {
+    const rep lead = ahead(tat, now);
+    if (lead > tolerance_) {
+      d = {Decision::Kind::rejected, Clock::duration(lead - tolerance_)};
+      return true;
+    }
+    const rep next = (tat > now ? tat : now) + interval_;
+    if (!tat_.compare_exchange_weak(tat, next, std::memory_order_release,
+                                    std::memory_order_acquire)) {
+      return false;
+    }
+    d = {};
+    return true;
+  }
   /// The lock-free GCRA step at a fixed time.
   Decision acquire_unqueued(rep now) noexcept {
     rep tat = tat_.load(std::memory_order_acquire);
-    for (;;) {
-      const rep lead = ahead(tat, now);
-      if (lead > tolerance_) return {Decision::Kind::rejected, Clock::duration(lead - tolerance_)};
-      const rep next = (tat > now ? tat : now) + interval_;
-      if (tat_.compare_exchange_weak(tat, next, std::memory_order_release,
-                                     std::memory_order_acquire)) {
-        return {};
-      }
+    Decision d;
+    while (!try_gcra(tat, now, d)) {
     }
+    return d;
   }
   /// The lock-free GCRA step at the time `clock` reads, each reading taken after the load of the
   /// schedule it is compared with (acquire ordering; an admission's write is a release): what
