@@ -70,17 +70,12 @@ inline Step CallBase::dispatch_wait_complete(std::size_t index,
 Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
   (void)index;
   outcome_.set_exception(std::move(ep));
-  // A queue wait the callback prepared before it threw is never parked.
-  if (async_ != nullptr) {
-    if (async_->queue_wait != nullptr) [[unlikely]] {
-      std::exchange(async_->queue_wait, nullptr)->discard(prepared_queue_wait_storage());
-    }
-    // A wait handler the callback created before it threw was destroyed by its failed initiation,
-    // or ran or died meanwhile and left its result to the engine, which drops it: the layer's
-    // outcome is the exception.
-    if (async_->handoff.load(std::memory_order_relaxed) != WaitHandoff::idle) [[unlikely]] {
-      async_->handoff.exchange(WaitHandoff::idle, std::memory_order_acq_rel);
-    }
+  // A wait handler the callback created before it threw was destroyed by its failed initiation,
+  // or ran or died meanwhile and left its result to the engine, which drops it: the layer's
+  // outcome is the exception.
+  if (async_ != nullptr &&
+      async_->handoff.load(std::memory_order_relaxed) != WaitHandoff::idle) [[unlikely]] {
+    async_->handoff.exchange(WaitHandoff::idle, std::memory_order_acq_rel);
   }
   return Step::complete;
 }
@@ -147,7 +142,16 @@ EngineAction CallBase::advance(Step step) {
           }
         }
         return EngineAction::wait;  // until wait_deadline_, which take() kept
+      case Step::Kind::queue:  // take() reports a queue step as suspend
       case Step::Kind::suspend:
+        if (StepAccess::target(pending_step_) != nullptr) [[unlikely]] {
+          // A step that points at a queue: the shell starts its wait (take() kept the step).
+          if (depth_ == attempt_layer_ && !leave_parked_layer()) {
+            kind = take(refuse_step_with_attempts(Step::Kind::queue));
+            continue;
+          }
+          return EngineAction::start_step;
+        }
         if (depth_ == attempt_layer_) [[unlikely]] {
           // The parked layer's callback returned: completions it caused were queued.
           Attempts& a = async_->attempts;
@@ -158,11 +162,8 @@ EngineAction CallBase::advance(Step step) {
             continue;
           }
         }
-        // A queue wait the layer prepared: parked by the shell, after which nothing may read the
-        // execution. Otherwise the strategy's wait handler owns it, or the parked layer's
-        // attempts do.
+        // The strategy's wait handler owns the execution, or the parked layer's attempts do.
         if (async_ != nullptr) {
-          if (async_->queue_wait != nullptr) return EngineAction::park;
           // A wait handler created in this callback: settle the handoff. Until this exchange the
           // handler cannot resume the execution, so the reads above were safe.
           if (async_->handoff.load(std::memory_order_relaxed) != WaitHandoff::idle) [[unlikely]] {
@@ -205,6 +206,16 @@ EngineAction CallBase::wait_done(const boost::system::error_code& ec) {
 // shares with the asynchronous machine (the dispatchers) is inline in <kevlar/strategy.hpp>.
 
 Step CallBase::sync_wait(std::size_t index, Step step) {
+  if (StepTarget* target = StepAccess::target(step)) {
+    // A queue step: its own blocking wait, ended by the caller's stop and the context's deadline.
+    boost::system::error_code ec;
+    try {
+      ec = target->step_ops->block(*target, *this);
+    } catch (...) {
+      return fail_layer(index, std::current_exception());
+    }
+    return dispatch_wait_complete(index, ec);
+  }
   if (step.kind() != Step::Kind::wait) {
     // The machine's pending: only a strategy's own asynchronous wait or attempts leave a step
     // pending.
@@ -250,14 +261,21 @@ KEVLAR_DETAIL_ALWAYS_INLINE inline void CallBase::perform(EngineAction action) {
         continue;
       case EngineAction::pending:
         return;
-      case EngineAction::park: {
+      case EngineAction::start_step: {
         boost::system::error_code decided;
-        const QueueWaitOps* ops = std::exchange(async_->queue_wait, nullptr);
-        if (ops->park(prepared_queue_wait_storage(), decided)) return;  // the queue owns it now
-        // Decided under the semaphore's lock (a permit came free, the queue is full, closed): the
-        // layer hears of it now, without a hop.
-        action = wait_done(decided);
-        continue;
+        switch (start_step(decided)) {
+          case Started::pending:
+            return;  // the queue, or the wait's handler, owns the execution now
+          case Started::decided:
+            // Decided under the semaphore's lock (a permit came free, the queue is full, closed):
+            // the layer hears of it now, without a hop.
+            action = wait_done(decided);
+            continue;
+          case Started::failed:
+            action = advance(Step::complete);  // the waiting layer failed with the exception
+            continue;
+        }
+        return;
       }
       case EngineAction::deliver:
         if (pipeline_->observes_executions && first_ == 0) observe_finish();
@@ -280,8 +298,10 @@ Step CallBase::refuse_step_with_attempts(Step::Kind kind) noexcept {
       kind == Step::Kind::run_inner
           ? "kevlar: a strategy returned Step::run_inner while attempts it started are running "
             "(start another with Layer::start_attempt)"
-          : "kevlar: a strategy returned Step::wait_until while attempts it started are running "
-            "(arm its wait through the deadline service and return Step::suspend)")));
+      : kind == Step::Kind::wait
+          ? "kevlar: a strategy returned Step::wait_until while attempts it started are running "
+            "(arm its wait through the deadline service and return Step::suspend)"
+          : "kevlar: a strategy returned Step::queue while attempts it started are running")));
   return Step::complete;
 }
 
@@ -307,12 +327,27 @@ bool CallBase::start_wait() {
   try {
     std::unique_ptr<ClockTimer>& timer = async_->timer;
     if (!timer) timer = context_->clock().make_timer(call_executor());
-    timer->async_wait_until(wait_deadline_, *this);
+    timer->async_wait_until(wait_deadline(), *this);
     return true;  // nothing of the execution may be touched now: the handler owns it
   } catch (...) {
     step_completed();  // a cancellation handler the failed wait installed must not stay
     (void)fail_layer(depth_, std::current_exception());
     return false;
+  }
+}
+
+CallBase::Started CallBase::start_step(boost::system::error_code& decided) {
+  StepTarget& target = pending_target();
+  step_dropped_ = false;
+  try {
+    return target.step_ops->start(target, *this, decided) ? Started::pending : Started::decided;
+  } catch (...) {
+    // As for an operation (start_operation): an initiation that throws has destroyed its
+    // handler, which saw this engine on the stack and left the execution to it.
+    if (!step_dropped_) throw;
+    step_completed();  // a cancellation handler the failed wait installed must not stay
+    (void)fail_layer(depth_, std::current_exception());
+    return Started::failed;
   }
 }
 

@@ -47,11 +47,6 @@ using DeadlineSlot = detail::DeadlineEntry;
 
 namespace detail {
 struct LayerAccess;
-class QueueWaitHandler;
-/// True for a kevlar::BasicUnpairedSemaphore (specialised with Layer::wait_in_queue's definition,
-/// in <kevlar/queue_wait.hpp>): what Layer::wait_in_queue accepts.
-template <class T>
-inline constexpr bool is_unpaired_semaphore = false;
 }  // namespace detail
 
 /// One strategy's handle on one execution: its clause, its scratch frame, the context, the
@@ -242,42 +237,6 @@ class Layer {
   /// performed). Call it once per arming.
   static bool disarm_deadline(DeadlineSlot& slot) noexcept { return slot.queue->disarm(slot); }
 
-  /// A completion handler for a wait in a queue of kevlar's own kind (the concurrency limit's
-  /// UnpairedSemaphore): like wait_handler(), and its cancellation slot lives in the execution, so
-  /// that parking allocates nothing; the queue may deliver its grant through kevlar's grant
-  /// trampoline (no scheduler hop). Start exactly one wait with it and return Step::suspend.
-  /// Thread-safety: as wait_handler(), it never resumes the execution before the callback that
-  /// created it has returned.
-  [[nodiscard]] detail::QueueWaitHandler queue_wait_handler() const noexcept;
-
-  /// Asynchronous executions: waits in the queue of `semaphore`, a kevlar::BasicUnpairedSemaphore
-  /// (the concurrency limit's, the rate limit's turn), for one permit. Defined in
-  /// <kevlar/queue_wait.hpp>. Call it once and return Step::suspend at once;
-  /// on_wait_complete receives the result (no error: the permit is this execution's;
-  /// `operation_aborted` if it was cancelled while queued; `errc::closed`; the ledger's rejection
-  /// code).
-  ///
-  /// The embedded wait: when the execution runs on a plain io_context executor (or an
-  /// any_io_executor holding one) and a strategy it runs declares StrategyTraits::waits_in_queue
-  /// (for a hedge's attempt, one inside the hedge), the
-  /// wait lives in the execution (no allocation, no operation) and the engine parks it once this
-  /// callback has returned. A decision the semaphore makes then under its lock (a permit came
-  /// free since a try_acquire, the queue is full, it is closed) reaches on_wait_complete at once,
-  /// without a hop. A grant made by a release inside the completion of a kevlar execution on the
-  /// same io_context and thread runs through kevlar's grant trampoline, right after that
-  /// completion (no scheduler hop); other results go through the io_context's executor.
-  ///
-  /// Otherwise (a strand, a thread pool, no trait) it is
-  /// `semaphore.async_acquire(queue_wait_handler())`, every result delivered through the
-  /// execution's executor. Either way the semaphore's rules hold: FIFO, cancellation through the
-  /// execution's slot until the grant, no result inside release() or close(), and a grant whose
-  /// executor shuts down undelivered goes back to the semaphore. Throws std::logic_error in a
-  /// synchronous execution (block on `semaphore.acquire_or_error(context().stop_token())`
-  /// there).
-  template <class Semaphore>
-  requires detail::is_unpaired_semaphore<Semaphore> KEVLAR_DETAIL_ALWAYS_INLINE void wait_in_queue(
-      Semaphore& semaphore) const;
-
   /// Asynchronous executions: the executor the execution's completions run on.
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept {
     return call_->call_executor();
@@ -306,10 +265,6 @@ class Layer {
 
  private:
   friend struct detail::LayerAccess;
-  /// wait_in_queue on an executor other than a plain io_context's (and its refusal in a
-  /// synchronous execution).
-  template <class Semaphore>
-  [[gnu::noinline]] void wait_in_queue_elsewhere(Semaphore& semaphore) const;
   /// handled() when the clause must be asked. Cold: a failure, or a success under a result
   /// condition, so that a strategy's success path saves no register for it.
   [[nodiscard, gnu::cold]] bool judge() const noexcept;
@@ -369,19 +324,6 @@ class WaitHandler {
 
 namespace detail {
 
-/// The WaitHandler of kevlar's own queue waits (the concurrency limiter): its cancellation slot
-/// keeps the handler inside the execution, so that parking allocates nothing.
-class QueueWaitHandler : public WaitHandler {
- public:
-  using cancellation_slot_type = InlineSlot;
-  /// Its grant may be delivered by the engine's trampoline (see detail/trampoline.hpp).
-  static constexpr bool kevlar_inline_grant = true;
-  using WaitHandler::WaitHandler;
-  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
-    return call_ != nullptr ? call_->inline_slot() : cancellation_slot_type();
-  }
-};
-
 /// True if the caller, a stop request or a deadline outside `layer` cancelled its execution: what
 /// a strategy checks when a step it awaited (a wait, a hook) has ended, and before it starts
 /// another attempt.
@@ -399,11 +341,6 @@ struct LayerAccess {
 inline WaitHandler Layer::wait_handler() const noexcept {
   call_->arm_wait_handoff();
   return WaitHandler(call_);
-}
-
-inline detail::QueueWaitHandler Layer::queue_wait_handler() const noexcept {
-  call_->arm_wait_handoff();
-  return detail::QueueWaitHandler(call_);
 }
 
 }  // namespace kevlar

@@ -1,47 +1,95 @@
-// kevlar — Layer::wait_in_queue: a strategy's execution waits for a permit of a
-// kevlar::BasicUnpairedSemaphore (the concurrency limit's queue, the rate limit's turn). Strategies
-// that park executions include this header; the semaphore's own header does not, so that a user of
-// the primitive alone compiles no part of the engine.
+// kevlar — QueueSemaphore: a kevlar::BasicUnpairedSemaphore whose queue a strategy's executions
+// wait in with Step::queue (the concurrency limit's queue, the rate limit's turn). Strategies that
+// park executions include this header; the semaphore's own header does not, so that a user of the
+// primitive alone compiles no part of the engine.
 #pragma once
 
+#include <kevlar/context.hpp>
 #include <kevlar/detail/embedded_queue_wait.hpp>
-#include <kevlar/strategy.hpp>
+#include <kevlar/error.hpp>
+#include <kevlar/step.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
+#include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/system/error_code.hpp>
 
-#include <stdexcept>
+#include <concepts>
+#include <utility>
 
 namespace kevlar {
-namespace detail {
 
-template <Ledger L>
-inline constexpr bool is_unpaired_semaphore<BasicUnpairedSemaphore<L>> = true;
+/// A BasicUnpairedSemaphore (every member of it, unchanged) that executions of a shield can wait
+/// in from a strategy: `return Step::queue(semaphore);` waits for one permit, and the result
+/// reaches Strategy::on_wait_complete (see Step::queue). What the engine needs to perform that
+/// step lives here, in one pointer behind the semaphore (in its padding, where it has some), so
+/// that a Step stays one word.
+///
+/// ```
+/// Step start(Layer& layer, Frame& f) {
+///   if (queue_.try_acquire()) return Step::run_inner;  // a free permit: no wait
+///   return Step::queue(queue_);                        // then wait_complete(layer, f, ec)
+/// }
+/// kevlar::QueueSemaphore<> queue_{4};                    // 4 permits, a TokenLedger
+/// ```
+///
+/// Declare StrategyTraits::waits_in_queue in a strategy that returns such steps: an asynchronous
+/// execution on a plain io_context then keeps room for the wait in its own block, and parking
+/// allocates nothing.
+///
+/// Thread-safety: as BasicUnpairedSemaphore.
+template <Ledger L = TokenLedger>
+class QueueSemaphore final : public BasicUnpairedSemaphore<L>, public detail::QueueTarget {
+ public:
+  /// Constructs the semaphore with `args`, as BasicUnpairedSemaphore<L>'s constructors take them.
+  template <class... Args>
+  requires std::constructible_from<BasicUnpairedSemaphore<L>, Args...>
+  explicit QueueSemaphore(Args&&... args)
+      : BasicUnpairedSemaphore<L>(std::forward<Args>(args)...), detail::QueueTarget{{&ops}} {}
 
-}  // namespace detail
+ private:
+  using Semaphore = BasicUnpairedSemaphore<L>;
 
-template <class Semaphore>
-requires detail::is_unpaired_semaphore<Semaphore>
-inline void Layer::wait_in_queue(Semaphore& semaphore) const {
-  // The pipeline keeps room for the wait (StrategyTraits::waits_in_queue) in asynchronous
-  // executions only: a synchronous one is refused on the general path.
-  if (void* storage = call_->queue_wait_storage()) [[likely]] {
-    if (boost::asio::io_context* context = detail::plain_io_context(*call_)) [[likely]] {
-      detail::EmbeddedQueueWait<Semaphore>::prepare(semaphore, *call_, *context, storage);
-      return;
+  static QueueSemaphore& self(detail::StepTarget& target) noexcept {
+    return static_cast<QueueSemaphore&>(static_cast<detail::QueueTarget&>(target));
+  }
+
+  /// The asynchronous shell: the embedded wait where the execution keeps room for it and runs on
+  /// a plain io_context, the semaphore's async_acquire otherwise.
+  static bool start(detail::StepTarget& target, detail::CallBase& call,
+                    boost::system::error_code& decided) {
+    Semaphore& sem = self(target);
+    if (void* storage = call.queue_wait_storage()) [[likely]] {
+      if (boost::asio::io_context* context = detail::plain_io_context(call)) [[likely]] {
+        return detail::EmbeddedQueueWait<Semaphore>::start(sem, call, *context, storage, decided);
+      }
     }
+    sem.async_acquire(detail::QueueWaitHandler(call));
+    return true;
   }
-  wait_in_queue_elsewhere(semaphore);
-}
 
-template <class Semaphore>
-void Layer::wait_in_queue_elsewhere(Semaphore& semaphore) const {
-  if (call_->synchronous()) {
-    throw std::logic_error(
-        "kevlar: Layer::wait_in_queue needs an asynchronous execution (block on the semaphore's "
-        "acquire_or_error in a synchronous one)");
+  /// The synchronous shell: blocks in the same FIFO until the grant, the caller's stop or the
+  /// context's deadline.
+  static boost::system::error_code block(detail::StepTarget& target, detail::CallBase& call) {
+    Semaphore& sem = self(target);
+    const Context& context = call.context();
+    const Clock::time_point deadline = context.deadline();
+    if (deadline == Clock::time_point::max()) return sem.acquire_or_error(context.stop_token());
+    const boost::system::error_code ec =
+        sem.acquire_until(context.clock(), deadline, context.stop_token());
+    if (!ec && context.clock().now() >= deadline) {
+      // Granted as the deadline passed: too late to run. The permit goes to the next waiter.
+      (void)sem.release(1);
+      return boost::asio::error::operation_aborted;
+    }
+    // The deadline ended the wait: a cancellation, as an outer timeout's expiry makes it in an
+    // asynchronous execution (the timeout reports it as errc::timeout).
+    if (ec == errc::timeout) return boost::asio::error::operation_aborted;
+    return ec;
   }
-  semaphore.async_acquire(queue_wait_handler());
-}
+
+  static constexpr detail::StepTargetOps ops{static_cast<unsigned char>(Step::Kind::queue),
+                                             &QueueSemaphore::start, &QueueSemaphore::block};
+};
 
 }  // namespace kevlar

@@ -5,11 +5,51 @@
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
 
+#include <boost/system/error_code.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 namespace kevlar {
+
+class Step;
+
+namespace detail {
+
+class CallBase;
+struct StepTarget;
+
+/// What the shells do with the object a step points at (Step::queue): its kind, and how each shell
+/// performs it once the strategy's callback has returned. Internal: the kinds of object a step can
+/// point at are kevlar's (kevlar::QueueSemaphore).
+struct StepTargetOps {
+  /// The Step::Kind of a step pointing at such an object.
+  unsigned char kind;
+  /// The asynchronous shell: starts the wait for `call`. True if it is pending (its completion
+  /// resumes the execution through CallBase::wait_completed, and nothing of the execution may be
+  /// touched after this returns), false if it ended at once, with its result in `decided`. May
+  /// throw what its initiation throws, having dropped its handler (CallBase::step_dropped).
+  bool (*start)(StepTarget& target, CallBase& call, boost::system::error_code& decided);
+  /// The synchronous shell: performs the wait on the calling thread, ended by the caller's stop
+  /// and the context's deadline, and returns its result.
+  boost::system::error_code (*block)(StepTarget& target, CallBase& call);
+};
+
+/// The start of every object a Step can point at: its operations. Pointer-aligned, so that the
+/// step's kind fits in the pointer's low bits.
+struct StepTarget {
+  const StepTargetOps* step_ops;
+};
+
+/// The engine reads a step as the machine does: the kind in its tag (a queue step reads as
+/// suspend there) and the object it points at.
+struct StepAccess;
+
+/// What Step::queue accepts: kevlar::QueueSemaphore (<kevlar/queue_wait.hpp>).
+struct QueueTarget : StepTarget {};
+
+}  // namespace detail
 
 /// What a strategy asks the engine to do next for its position in the pipeline: a small value
 /// that carries its own argument (a wait carries its deadline), returned by the strategy's step
@@ -21,10 +61,11 @@ namespace kevlar {
 /// return Step::run_inner;                                // run the inner part (once more)
 /// return Step::complete;                                 // done: the outcome moves outwards
 /// return Step::wait_until(layer.clock().now() + 100ms);  // then on_wait_complete
+/// return Step::queue(semaphore_);                        // a permit, then on_wait_complete
 /// ```
 ///
-/// One machine word, trivially copyable, so that it travels in a register: the kind in its low
-/// two bits, the argument above them.
+/// One machine word, trivially copyable, so that it travels in a register: a tag in its low two
+/// bits, the argument above them (a wait's deadline; the address of what a queue step waits in).
 class Step {
  public:
   /// The kinds of step, as Step::kind() reports them.
@@ -38,6 +79,8 @@ class Step {
                 ///< or attempts with Layer::start_attempt(): their completions call
                 ///< Strategy::on_wait_complete / on_attempt_complete (asynchronous executions
                 ///< only)
+    queue,      ///< wait in the queue of a kevlar::QueueSemaphore for one permit, then call
+                ///< Strategy::on_wait_complete (blocks the thread in a synchronous execution)
   };
 
   /// The steps without an argument, as constants: `return Step::run_inner;` converts one to a
@@ -72,9 +115,34 @@ class Step {
     return Step(encode_ticks(deadline.time_since_epoch().count()) | bits(Kind::wait));
   }
 
+  /// Waits in the queue of `semaphore`, a kevlar::QueueSemaphore (<kevlar/queue_wait.hpp>), for
+  /// one permit, then calls Strategy::on_wait_complete with the result: no error (the permit is
+  /// this execution's: give it back with `release()` when done), `operation_aborted` (the caller
+  /// cancelled, or a strategy outside this one cancelled this part of the pipeline, while it was
+  /// queued), `errc::closed`, or the ledger's rejection code (a full queue). The engine starts
+  /// the wait once the callback has returned, never inside it; a decision the semaphore makes at
+  /// once (a permit came free, the queue is full, it is closed) reaches on_wait_complete without
+  /// a hop. The semaphore's rules hold: FIFO, cancellation until the grant, no result inside
+  /// release() or close().
+  ///
+  /// Asynchronous executions: on a plain io_context executor (or an any_io_executor holding one),
+  /// when the strategy declares StrategyTraits::waits_in_queue, the wait lives in the execution
+  /// (no allocation, no operation); otherwise it is the semaphore's async_acquire, every result
+  /// delivered through the execution's executor. Synchronous executions block in the same FIFO
+  /// until the grant, the caller's stop or the context's deadline (Context::deadline): those two
+  /// end it with `operation_aborted`, and a permit granted as the deadline passes goes back to
+  /// the semaphore (the result is then `operation_aborted` too).
+  [[nodiscard]] static Step queue(detail::QueueTarget& semaphore) noexcept {
+    return Step(reinterpret_cast<std::uintptr_t>(static_cast<detail::StepTarget*>(&semaphore)) |
+                target_tag);
+  }
+
   /// What this step asks for.
   [[nodiscard]] constexpr Kind kind() const noexcept {
-    return static_cast<Kind>(bits_ & kind_mask);
+    if ((bits_ & kind_mask) != target_tag || bits_ == target_tag) {
+      return static_cast<Kind>(bits_ & kind_mask);
+    }
+    return static_cast<Kind>(target()->step_ops->kind);
   }
   /// The deadline of a wait (kind() == Kind::wait); unspecified for other kinds.
   [[nodiscard]] constexpr Clock::time_point deadline() const noexcept {
@@ -89,10 +157,15 @@ class Step {
   friend constexpr bool operator==(Step a, Step b) noexcept { return a.bits_ == b.bits_; }
 
  private:
+  friend struct detail::StepAccess;
   static_assert(sizeof(Clock::duration::rep) == sizeof(std::uint64_t));
-  /// Two bits hold today's four kinds, and leave a wait's deadline 61 bits and a sign.
+  /// Two bits hold the tag: run_inner, complete, wait, and a fourth shared by suspend (no address
+  /// above it) and the steps that point at an object (queue). A wait's deadline keeps 61 bits and
+  /// a sign.
   static constexpr int kind_bits = 2;
   static constexpr std::uint64_t kind_mask = (std::uint64_t{1} << kind_bits) - 1;
+  static constexpr std::uint64_t target_tag = static_cast<std::uint64_t>(Kind::suspend);
+  static_assert(alignof(detail::StepTarget) > kind_mask && sizeof(std::uintptr_t) <= 8);
   /// Ticks whose shifted value fits the word, both signs; the bounds stand for max() and min().
   static constexpr Clock::duration::rep max_ticks =
       (Clock::duration::rep{1} << (63 - kind_bits)) - 1;
@@ -107,8 +180,29 @@ class Step {
     return static_cast<std::uint64_t>(ticks) << kind_bits;
   }
 
+  /// The object a step with the fourth tag points at (nullptr: Step::suspend).
+  [[nodiscard]] detail::StepTarget* target() const noexcept {
+    return reinterpret_cast<detail::StepTarget*>(static_cast<std::uintptr_t>(bits_ & ~kind_mask));
+  }
+
   std::uint64_t bits_;
 };
+
+namespace detail {
+
+struct StepAccess {
+  /// The step's tag as a kind: run_inner, complete, wait or suspend (a queue step reads as
+  /// suspend).
+  [[nodiscard]] static constexpr Step::Kind tag(Step step) noexcept {
+    return static_cast<Step::Kind>(step.bits_ & Step::kind_mask);
+  }
+  /// The object a step of the suspend tag points at; nullptr for Step::suspend and other tags.
+  [[nodiscard]] static StepTarget* target(Step step) noexcept {
+    return (step.bits_ & Step::kind_mask) == Step::target_tag ? step.target() : nullptr;
+  }
+};
+
+}  // namespace detail
 
 
 /// How a strategy takes part in handling clauses and chain validation.
@@ -136,11 +230,12 @@ struct StrategyTraits {
   /// synchronous execution (Shield::execute, execute_outcome) of a shield holding it throws
   /// std::logic_error before any strategy runs.
   bool asynchronous_only = false;
-  /// True if the strategy parks executions with Layer::wait_in_queue (the concurrency limit, the
-  /// rate limit): an asynchronous execution of a shield holding it keeps room for one wait in its
-  /// own block (224 bytes), so that parking on an io_context allocates nothing; a hedge's attempt
-  /// keeps it only if a strategy inside the hedge declares it. Where there is no room,
-  /// wait_in_queue starts a general async_acquire (one operation block per wait).
+  /// True if the strategy returns Step::queue (the concurrency limit, the rate limit): an
+  /// asynchronous execution of a shield holding it keeps room for one wait in its own block (224
+  /// bytes), so that waiting in a queue on an io_context allocates nothing; a hedge's attempt
+  /// keeps it only if a strategy inside the hedge declares it. Where there is no room, the
+  /// engine performs Step::queue with the semaphore's async_acquire (one operation block per
+  /// wait).
   bool waits_in_queue = false;
   /// A handling clause of the strategy's own (its options' `handles`), used instead of the ambient
   /// clause (Shield::when) wherever the strategy is added; null: the ambient one. Chain validation

@@ -1,4 +1,4 @@
-// Layer::wait_in_queue: an asynchronous execution on a plain io_context executor parks in a
+// Step::queue: an asynchronous execution on a plain io_context executor parks in a
 // semaphore's queue with its node, work count and delivery storage inside the execution
 // (detail/embedded_queue_wait.hpp). A strategy of the test's waits in a semaphore the test holds,
 // so that the decisions the limiter meets only in a race (a permit freed, the queue filled or the
@@ -48,13 +48,13 @@ namespace {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-using Semaphore = BasicUnpairedSemaphore<LimiterLedger>;
+using Semaphore = QueueSemaphore<LimiterLedger>;
 
 using test::make_limiter;
 
 /// Waits for a permit of `sem` in every execution, runs its inner part once it owns a permit and
 /// gives the permit back when the inner part completes. `embedded`: it declares
-/// StrategyTraits::waits_in_queue (otherwise wait_in_queue starts a general async_acquire).
+/// StrategyTraits::waits_in_queue (otherwise the engine starts a general async_acquire).
 class Parking final : public Strategy {
  public:
   explicit Parking(Semaphore& sem, bool embedded = true) : sem_(sem), embedded_(embedded) {}
@@ -64,13 +64,13 @@ class Parking final : public Strategy {
     t.waits_in_queue = embedded_;
     return t;
   }
-  Step on_start(Layer& layer) override {
+  Step on_start(Layer& /*layer*/) override {
     starting_ = true;
-    layer.wait_in_queue(sem_);
-    if (after_waiting) after_waiting();
-    if (throw_after_waiting) throw std::runtime_error("after wait_in_queue");
+    const Step step = Step::queue(sem_);
+    if (before_returning) before_returning();
+    if (throw_instead) throw std::runtime_error("instead of returning Step::queue");
     starting_ = false;
-    return Step::suspend;
+    return step;
   }
   Step on_wait_complete(Layer& layer, const error_code& ec) override {
     delivered.push_back(ec);
@@ -89,10 +89,10 @@ class Parking final : public Strategy {
   std::vector<error_code> delivered;
   std::vector<std::thread::id> delivered_on;
   std::vector<bool> delivered_inside_on_start;
-  /// Runs in on_start once it has asked for the wait.
-  std::function<void()> after_waiting;
-  /// on_start throws once it has asked for the wait.
-  bool throw_after_waiting = false;
+  /// Runs in on_start once it has built its Step::queue, before it returns it.
+  std::function<void()> before_returning;
+  /// on_start throws once it has built its Step::queue, instead of returning it.
+  bool throw_instead = false;
 
  private:
   static Step owned(Layer& layer, const error_code& ec) {
@@ -105,15 +105,29 @@ class Parking final : public Strategy {
   std::atomic<bool> starting_{false};
 };
 
-// wait_in_queue takes kevlar's semaphores only: anything else is refused where it is called.
+// Step::queue takes kevlar's QueueSemaphores only: anything else is refused where it is called,
+// a plain semaphore included (the engine could not perform the step).
 template <class T>
-concept CanWaitIn = requires(const Layer& layer, T& queue) {
-  layer.wait_in_queue(queue);
-};
+concept CanWaitIn = requires(T& queue) { Step::queue(queue); };
 static_assert(CanWaitIn<Semaphore>);
-static_assert(CanWaitIn<UnpairedSemaphore>);
+static_assert(CanWaitIn<QueueSemaphore<>>);
+static_assert(!CanWaitIn<UnpairedSemaphore>);
+static_assert(!CanWaitIn<BasicUnpairedSemaphore<LimiterLedger>>);
 static_assert(!CanWaitIn<int>);
 static_assert(!CanWaitIn<std::vector<int>>);
+// A QueueSemaphore is the semaphore it extends, and one pointer, which fits in its padding.
+static_assert(std::is_base_of_v<BasicUnpairedSemaphore<LimiterLedger>, Semaphore>);
+static_assert(sizeof(Semaphore) <= sizeof(BasicUnpairedSemaphore<LimiterLedger>) + sizeof(void*));
+
+TEST(QueueStep, ItsKindIsQueue) {
+  Semaphore sem(1U, 1U);
+  const Step step = Step::queue(sem);
+  EXPECT_EQ(step.kind(), Step::Kind::queue);
+  EXPECT_EQ(step, Step::queue(sem));
+  Semaphore other(1U, 1U);
+  EXPECT_NE(step, Step::queue(other));
+  EXPECT_NE(step, Step(Step::suspend));
+}
 
 struct EmbeddedWaitTest : ::testing::Test {
   asio::io_context ioc;
@@ -363,29 +377,45 @@ TEST_F(EmbeddedWaitTest, AnExecutorOfAnotherTypeGetsTheGeneralWait) {
   EXPECT_EQ(sem.ledger().in_use(), 0U);
 }
 
-// The wait is parked only once the callback has returned Step::suspend: a callback that throws
-// after asking for it leaves nothing in the queue, and the call fails with its exception.
-TEST_F(EmbeddedWaitTest, ACallbackThatThrowsAfterAskingForTheWaitParksNothing) {
+// The wait starts only once the callback has returned Step::queue: building the step touches
+// nothing, so a callback that throws instead of returning it leaves nothing in the queue, and the
+// call fails with its exception.
+TEST_F(EmbeddedWaitTest, ACallbackThatThrowsInsteadOfReturningTheStepParksNothing) {
   Semaphore sem(1U, 1U);
   const Shield s = over(sem);
-  parking->throw_after_waiting = true;
+  parking->throw_instead = true;
   s.execute_async(ops.attempt(1), handler(1));
   ioc.poll();
   EXPECT_EQ(done.at(1), errc::callback_exception);
   EXPECT_TRUE(parking->delivered.empty());
   EXPECT_EQ(sem.waiting(), 0U);
-  EXPECT_EQ(sem.ledger().in_use(), 0U) << "the discarded wait took a permit";
-  parking->throw_after_waiting = false;  // the execution's room serves the next call
+  EXPECT_EQ(sem.ledger().in_use(), 0U) << "the step took a permit";
+  parking->throw_instead = false;  // the execution's room serves the next call
   s.execute_async(ops.attempt(2), handler(2));
   EXPECT_TRUE(ops.pending(2));
   finish(2);
 }
 
-TEST_F(EmbeddedWaitTest, ASynchronousExecutionCannotWaitInAQueue) {
-  Semaphore sem(1U, 1U);
+// A synchronous execution performs the same step by blocking in the same FIFO: a free permit is
+// its own at once, a full queue and a closed semaphore are decided at once.
+TEST_F(EmbeddedWaitTest, ASynchronousExecutionWaitsInTheSameQueue) {
+  Semaphore sem(1U, 0U);
   const Shield s = over(sem);
-  EXPECT_THROW(s.execute([] { return 1; }), std::logic_error);
+  EXPECT_EQ(s.execute([&] { return static_cast<int>(sem.ledger().in_use()); }), 1)
+      << "the call ran without the permit";
+  ASSERT_EQ(parking->delivered.size(), 1U);
+  EXPECT_FALSE(parking->delivered[0]);
   EXPECT_EQ(sem.ledger().in_use(), 0U);
+  // Hold the one permit: no room to queue.
+  ASSERT_TRUE(sem.try_acquire());
+  const Outcome<int> full = s.execute_outcome([] { return 1; });
+  EXPECT_EQ(full.error(), errc::concurrency_limit_exceeded);
+  (void)sem.release(1);
+  sem.close();
+  const Outcome<int> closed = s.execute_outcome([] { return 1; });
+  EXPECT_EQ(closed.error(), errc::closed);
+  ASSERT_EQ(parking->delivered.size(), 3U);
+  EXPECT_EQ(sem.waiting(), 0U);
 }
 
 // One execution queues at two limiters in turn: its second wait is built where the first was.
@@ -514,18 +544,21 @@ TEST(EmbeddedWaitStress, TwoThreadsOnOneIoContextConservePermits) {
   test::expect_at_rest(*limiter, 2U);
 }
 
-// On a thread pool the wait is the general one, async_acquire(queue_wait_handler()): a permit free
-// at once is granted by a post to the pool, whose thread may run it before the callback returned.
-// on_start waits until the pool's one thread has run it (a job posted after it has run), so it
-// always has: the engine reports the grant once on_start has returned, on the thread that ran it.
-TEST(EmbeddedWait, AGeneralGrantRunBeforeTheCallbackReturnedIsReportedAfterIt) {
+// On a thread pool the wait is the general one, an async_acquire: a permit free at once is
+// granted by a post to the pool. The engine starts it only once on_start has returned: before it
+// returns, on_start lets the pool's one thread run everything posted so far (a job posted last has
+// run), and the semaphore still holds its permit; the grant then reaches on_wait_complete after
+// on_start, on the pool's thread.
+TEST(EmbeddedWait, AGeneralWaitStartsOnceTheCallbackHasReturned) {
   Semaphore sem(1U, 1U);
   asio::thread_pool pool(1);
   auto parking = std::make_shared<Parking>(sem);
-  parking->after_waiting = [&] {
+  std::vector<unsigned> in_use_before_returning;
+  parking->before_returning = [&] {
     std::promise<void> ran;
     asio::post(pool, [&ran] { ran.set_value(); });
     ran.get_future().wait();
+    in_use_before_returning.push_back(sem.ledger().in_use());
   };
   const Shield s = Shield{}.use(parking);
   std::promise<error_code> done;
@@ -539,18 +572,20 @@ TEST(EmbeddedWait, AGeneralGrantRunBeforeTheCallbackReturnedIsReportedAfterIt) {
             token);
       },
       asio::bind_executor(pool, [&](error_code ec, int) { done.set_value(ec); }));
-  ASSERT_EQ(parking->delivered.size(), 1U);
-  EXPECT_FALSE(parking->delivered[0]);
-  EXPECT_EQ(parking->delivered_on[0], std::this_thread::get_id());
-  EXPECT_FALSE(parking->delivered_inside_on_start[0]);
   EXPECT_FALSE(done.get_future().get());
   pool.join();
+  ASSERT_EQ(in_use_before_returning.size(), 1U);
+  EXPECT_EQ(in_use_before_returning[0], 0U) << "the wait started inside on_start";
+  ASSERT_EQ(parking->delivered.size(), 1U);
+  EXPECT_FALSE(parking->delivered[0]);
+  EXPECT_NE(parking->delivered_on[0], std::this_thread::get_id()) << "the grant skipped the pool";
+  EXPECT_FALSE(parking->delivered_inside_on_start[0]);
   EXPECT_EQ(sem.ledger().in_use(), 0U);
 }
 
-// On a thread pool (not a plain io_context executor) a queued call takes the general wait,
-// async_acquire(queue_wait_handler()): its grant may run on the other thread before the limiter's
-// callback has returned, and the engine holds it until then (the wait handler's handoff).
+// On a thread pool (not a plain io_context executor) a queued call takes the general wait, an
+// async_acquire the engine starts once the limiter's callback has returned: its grant may run on
+// the other thread before the engine's shell has returned, and owns the execution from then on.
 TEST(EmbeddedWaitStress, ThreadPoolsGeneralWaitConservesPermits) {
   constexpr int calls = 400;
   asio::thread_pool pool(2);

@@ -8,6 +8,7 @@
 
 #include <kevlar/detail/engine.hpp>
 #include <kevlar/kevlar.hpp>
+#include <kevlar/queue_wait.hpp>
 
 #include <gtest/gtest.h>
 #include <boost/asio/bind_executor.hpp>
@@ -368,6 +369,12 @@ class ThreeRunners : public Machine {
           action = call.wait_done({});
           break;
         }
+        case EngineAction::start_step: {
+          // A queue step: the test performs it as the synchronous shell does.
+          detail::StepTarget& target = call.pending_target();
+          action = call.wait_done(target.step_ops->block(target, call));
+          break;
+        }
         case EngineAction::deliver:
           log_.add(call.outcome().kind == OutcomeKind::value ? "deliver ok" : "deliver failed");
           return log_.events();
@@ -485,6 +492,54 @@ TEST_F(ThreeRunners, ARepeaterAroundAWaiter) {
        "inner:finish", "outer:inner", "wait 1000ms", "outer:wait ok", "inner:start", "wait 250ms",
        "inner:wait ok", "op", "inner:inner", "inner:finish", "outer:inner", "outer:finish",
        "deliver ok"});
+}
+
+/// A layer that waits in `queue` for a permit before its inner part, and gives it back after.
+void queue_before_inner(Scripted& layer, const std::shared_ptr<QueueSemaphore<>>& queue) {
+  layer.start = [queue](Layer&) { return Step::queue(*queue); };
+  layer.wait = [](Layer& l, const boost::system::error_code& ec) {
+    if (!ec) return Step(Step::run_inner);
+    l.outcome().set_error(ec);
+    return Step(Step::complete);
+  };
+  layer.inner = [queue](Layer&) {
+    (void)queue->release(1);
+    return Step(Step::complete);
+  };
+}
+
+TEST_F(ThreeRunners, AQueueStepWithAPermitFree) {
+  auto queue = std::make_shared<QueueSemaphore<>>(1U);
+  expect_trace([queue](Scripted&, Scripted& inner) { queue_before_inner(inner, queue); }, 0,
+               {"outer:start", "inner:start", "inner:wait ok", "op", "inner:inner",
+                "inner:finish", "outer:inner", "outer:finish", "deliver ok"});
+  EXPECT_EQ(queue->available(), 1U);
+}
+
+TEST_F(ThreeRunners, AQueueStepOnAClosedSemaphore) {
+  auto queue = std::make_shared<QueueSemaphore<>>(1U);
+  queue->close();
+  expect_trace([queue](Scripted&, Scripted& inner) { queue_before_inner(inner, queue); }, 0,
+               {"outer:start", "inner:start", "inner:wait aborted", "inner:finish",
+                "outer:inner", "outer:finish", "deliver failed"});
+}
+
+TEST_F(ThreeRunners, ARepeaterAroundAQueue) {
+  auto queue = std::make_shared<QueueSemaphore<>>(1U);
+  expect_trace(
+      [queue](Scripted& outer, Scripted& inner) {
+        outer.inner = [](Layer& l) {
+          return l.outcome().has_value() ? Step(Step::complete)
+                                         : l.wait_for(std::chrono::milliseconds(10));
+        };
+        outer.wait = again_unless_aborted;
+        queue_before_inner(inner, queue);
+      },
+      1,
+      {"outer:start", "inner:start", "inner:wait ok", "op", "inner:inner", "inner:finish",
+       "outer:inner", "wait 10ms", "outer:wait ok", "inner:start", "inner:wait ok", "op",
+       "inner:inner", "inner:finish", "outer:inner", "outer:finish", "deliver ok"});
+  EXPECT_EQ(queue->available(), 1U);
 }
 
 }  // namespace

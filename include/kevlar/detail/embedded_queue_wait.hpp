@@ -1,11 +1,15 @@
-// kevlar — internal: a queue wait that lives in the waiting execution (Layer::wait_in_queue).
+// kevlar — internal: how the engine performs Step::queue: a queue wait that lives in the waiting
+// execution, and the handler of the general one.
 #pragma once
 
+#include <kevlar/detail/block_cache.hpp>
 #include <kevlar/detail/engine.hpp>
+#include <kevlar/detail/inline_slot.hpp>
 #include <kevlar/detail/trampoline.hpp>
 #include <kevlar/strategy.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
@@ -39,13 +43,13 @@ namespace kevlar::detail {
 /// FIFO, the cancellation race (through the execution's inline slot), close, never completing
 /// inside release() or close().
 ///
-/// Layer::wait_in_queue (defined below) uses it; strategies call that.
+/// kevlar::QueueSemaphore's step (<kevlar/queue_wait.hpp>) starts it.
 ///
-/// Lifetime: prepare() constructs it in the execution; the engine parks it once the layer's
-/// callback has returned Step::suspend (or discards it, if the callback threw); once parked, the
-/// queue, then the delivery, own it (and the execution); it destroys itself just before it
-/// resumes or abandons the execution. A decision the semaphore makes at once destroys it at the
-/// park, and the engine hands the result to the layer's on_wait_complete there.
+/// Lifetime: start() constructs it in the execution and parks it, once the layer's callback has
+/// returned Step::queue; once parked, the queue, then the delivery, own it (and the execution);
+/// it destroys itself just before it resumes or abandons the execution. A decision the semaphore
+/// makes at once destroys it in start(), and the engine hands the result to the layer's
+/// on_wait_complete.
 template <class Semaphore>
 class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
   using IoEx = boost::asio::io_context::executor_type;
@@ -56,27 +60,20 @@ class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
   EmbeddedQueueWait(const EmbeddedQueueWait&) = delete;
   EmbeddedQueueWait& operator=(const EmbeddedQueueWait&) = delete;
 
-  /// Prepares a wait of `call`, an asynchronous execution on `context`'s plain executor, for a
-  /// permit of `sem`, in `storage` (CallBase::queue_wait_storage), and hands it to the engine,
-  /// which parks it once the layer's callback has returned Step::suspend.
-  static void prepare(Semaphore& sem, CallBase& call, boost::asio::io_context& context,
-                      void* storage) noexcept {
+  /// Builds a wait of `call`, an asynchronous execution on `context`'s plain executor, for a
+  /// permit of `sem`, in `storage` (CallBase::queue_wait_storage), and parks it: true if it is
+  /// queued (from then on the queue owns the execution), false with `decided` set if the
+  /// semaphore decided at once (nothing is left behind). The engine calls it once the layer's
+  /// callback has returned: a release on another thread may deliver (and end the execution) as
+  /// soon as the node is linked, so the engine reads nothing of the execution after a successful
+  /// park. The cancellation handler is in place before the node is visible; the work count is
+  /// taken under the lock, only when the node is linked: a decision made at once must not give
+  /// back a count that may be the io_context's last (that would stop a loop not yet running).
+  static bool start(Semaphore& sem, CallBase& call, boost::asio::io_context& context,
+                    void* storage, boost::system::error_code& decided) noexcept {
     static_assert(sizeof(EmbeddedQueueWait) <= queue_wait_size &&
                   alignof(EmbeddedQueueWait) <= alignof(std::max_align_t));
-    ::new (storage) EmbeddedQueueWait(sem, call, context);
-    call.prepare_queue_wait(&ops);
-  }
-
- private:
-  /// The engine parks the wait once the callback has returned: a release on another thread may
-  /// deliver (and end the execution) as soon as the node is linked, so the engine reads nothing
-  /// of the execution after a successful park. The cancellation handler is in place before the
-  /// node is visible; the work count is taken under the lock, only when the node is linked: a
-  /// decision made at once must not give back a count that may be the io_context's last (that
-  /// would stop a loop not yet running).
-  static bool park(void* storage, boost::system::error_code& decided) noexcept {
-    auto* self = static_cast<EmbeddedQueueWait*>(storage);
-    CallBase& call = *self->call_;
+    auto* self = ::new (storage) EmbeddedQueueWait(sem, call, context);
     call.inline_slot().template emplace<CancelHandler>(self);
     const Parked parked = SemaphoreAccess::park(*self->sem_, *self, [self]() noexcept {
       self->work_.emplace(boost::asio::prefer(self->context_->get_executor(),
@@ -88,11 +85,8 @@ class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
     decided = parked.ec;
     return false;
   }
-  static void discard(void* storage) noexcept {
-    static_cast<EmbeddedQueueWait*>(storage)->~EmbeddedQueueWait();
-  }
-  static constexpr QueueWaitOps ops{&EmbeddedQueueWait::park, &EmbeddedQueueWait::discard};
 
+ private:
   struct CancelHandler {
     explicit CancelHandler(EmbeddedQueueWait* w) noexcept : wait(w) {}
     EmbeddedQueueWait* wait;
@@ -171,6 +165,54 @@ class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
   std::optional<WorkEx> work_;  ///< while parked: the io_context's run() waits for the grant
   DeliveryReserve reserve_;     ///< the io_context builds its wrapper of the delivery here
   boost::system::error_code ec_;
+};
+
+/// The handler of a general queue wait (an async_acquire, where the execution keeps no room for
+/// an embedded one or does not run on a plain io_context): it resumes the execution with the
+/// result, and its cancellation slot lives in the execution, so that parking allocates no
+/// cancellation handler. The engine starts the wait once the layer's callback has returned, so
+/// the handler may resume the execution as soon as it runs; destroyed uninvoked, it abandons the
+/// execution, or, inside the initiation that failed, leaves it to the engine.
+class QueueWaitHandler {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+  using cancellation_slot_type = InlineSlot;
+  using allocator_type = CachingAllocator<void>;
+  /// Its grant may be delivered by the engine's trampoline (see detail/trampoline.hpp).
+  static constexpr bool kevlar_inline_grant = true;
+
+  explicit QueueWaitHandler(CallBase& call) noexcept : call_(&call) {}
+  QueueWaitHandler(QueueWaitHandler&& other) noexcept : call_(std::exchange(other.call_, nullptr)) {}
+  QueueWaitHandler& operator=(QueueWaitHandler&&) = delete;
+  ~QueueWaitHandler() {
+    if (call_ != nullptr) [[unlikely]] {
+      drop();
+    }
+  }
+
+  void operator()(const boost::system::error_code& ec) {
+    std::exchange(call_, nullptr)->wait_completed(ec);
+  }
+  [[nodiscard]] executor_type get_executor() const noexcept {
+    return call_ != nullptr ? call_->call_executor() : executor_type();
+  }
+  /// Answers on a moved-from handler too (an initiation that fails after moving it may ask).
+  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
+    return call_ != nullptr ? call_->inline_slot() : cancellation_slot_type();
+  }
+  /// Waits started with this handler allocate from kevlar's per-thread block cache.
+  [[nodiscard]] allocator_type get_allocator() const noexcept { return {}; }
+
+ private:
+  [[gnu::noinline]] void drop() noexcept {
+    if (tl_running_call == call_) {
+      call_->step_dropped();  // its initiation is throwing: the engine fails the waiting layer
+    } else {
+      call_->abandon_execution();  // its executor shut down with the wait pending
+    }
+  }
+
+  CallBase* call_;
 };
 
 }  // namespace kevlar::detail

@@ -40,18 +40,7 @@ namespace detail {
 
 class CallBase;
 
-/// How the engine parks, or discards, the queue wait a layer prepared in the execution
-/// (detail/embedded_queue_wait.hpp, Layer::wait_in_queue).
-struct QueueWaitOps {
-  /// Links the wait prepared in `storage`: true if it is queued (from then on the queue owns the
-  /// execution), false with `decided` set if the semaphore decided at once (nothing left behind).
-  bool (*park)(void* storage, boost::system::error_code& decided) noexcept;
-  /// Destroys a prepared wait that will not be parked (its layer's callback threw).
-  void (*discard)(void* storage) noexcept;
-};
-
-/// Where the wait a layer started with a handler of Layer::wait_handler() (or queue_wait_handler())
-/// stands while the callback that started it has not returned to the engine. Until it returns the
+/// Where the wait a layer started with a handler of Layer::wait_handler() stands while the callback that started it has not returned to the engine. Until it returns the
 /// engine still reads the execution, so a handler that runs meanwhile (on another thread of a
 /// multi-threaded executor, or inside the initiating call) must not resume it: it leaves its result
 /// here, and the engine reports it once the callback has returned.
@@ -63,18 +52,14 @@ enum class WaitHandoff : unsigned char {
 };
 
 /// What only an asynchronous execution needs to run its pending steps: the signal forwarding
-/// cancellation to the pending step, the inline slot of kevlar's own queue waits, the timer of
-/// Step::wait_until, and the attempts a layer runs at once. It lives in the asynchronous
+/// cancellation to the pending step, the inline slot of kevlar's own queue waits (Step::queue),
+/// the timer of Step::wait_until, and the attempts a layer runs at once. It lives in the asynchronous
 /// execution's block; a synchronous execution has none.
 struct AsyncSteps {
   boost::asio::cancellation_signal step_signal;
   InlineCancellation inline_cancellation;
   std::unique_ptr<ClockTimer> timer;
   Attempts attempts;
-  /// The queue wait a layer prepared and returned Step::suspend for: the engine parks it once the
-  /// callback has returned (EngineAction::park), so that nothing reads the execution after another
-  /// thread may have resumed it.
-  const QueueWaitOps* queue_wait = nullptr;
   /// The wait handler's side of the handoff (WaitHandoff); the engine's thread arms it, the
   /// handler's moves it on, the engine settles it once the callback has returned.
   std::atomic<WaitHandoff> handoff{WaitHandoff::idle};
@@ -103,7 +88,7 @@ enum class EngineAction : unsigned char {
   start_operation,  ///< run the user's operation once (Context::attempt() is counted already)
   wait,     ///< wait until the wait deadline for the layer at the current depth (Step::wait_until)
   pending,  ///< a strategy's own wait or the attempts of a parked layer own the execution
-  park,     ///< park the queue wait the layer prepared (Layer::wait_in_queue)
+  start_step,  ///< start the wait the layer's step points at (Step::queue: pending_target())
   deliver,  ///< the execution completed: its outcome is the caller's
   abandon,  ///< an attempt of the parked layer was abandoned: the execution never completes
 };
@@ -183,7 +168,11 @@ class CallBase : private ClockWaiter {
   /// with `ec` (`operation_aborted` if it was cut short).
   EngineAction wait_done(const boost::system::error_code& ec);
   /// The deadline of the wait advance() asked for.
-  [[nodiscard]] Clock::time_point wait_deadline() const noexcept { return wait_deadline_; }
+  [[nodiscard]] Clock::time_point wait_deadline() const noexcept { return pending_step_.deadline(); }
+  /// What the step advance() asked to start (EngineAction::start_step) points at.
+  [[nodiscard]] StepTarget& pending_target() const noexcept {
+    return *StepAccess::target(pending_step_);
+  }
 
   // ---- the shells ----
   /// Asynchronous executions: performs `step` for the current layer and keeps going until the
@@ -191,7 +180,7 @@ class CallBase : private ClockWaiter {
   void run(Step step);
   /// The user's operation completed; its result is in outcome_.
   void operation_completed();
-  /// A wait started by a strategy (Step::wait_until or Layer::wait_handler) completed.
+  /// A wait started by a strategy (Step::wait_until, Step::queue or Layer::wait_handler) completed.
   void wait_completed(const boost::system::error_code& ec);
   /// The execution will never complete: tell every active layer and destroy it.
   void abandon_execution() noexcept;
@@ -297,16 +286,11 @@ class CallBase : private ClockWaiter {
   /// nullptr in a synchronous execution, or when none of the layers it runs waits in a queue.
   [[nodiscard]] void* queue_wait_storage() const noexcept {
     return async_ != nullptr && first_ < pipeline_->queue_waiters_end
-               ? prepared_queue_wait_storage()
+               ? frames_ + pipeline_->frame_bytes
                : nullptr;
   }
-  /// Where the wait prepare_queue_wait() announced lives: queue_wait_storage() as the layer saw
-  /// it, which was not nullptr (a wait is prepared only in that room), without testing again.
-  [[nodiscard]] void* prepared_queue_wait_storage() const noexcept {
-    return frames_ + pipeline_->frame_bytes;
-  }
-  /// Layer::wait_handler(), queue_wait_handler(): a callback of this execution creates a wait
-  /// handler (see WaitHandoff).
+  /// Layer::wait_handler(): a callback of this execution creates a wait handler (see
+  /// WaitHandoff).
   void arm_wait_handoff() noexcept {
     if (async_ != nullptr) async_->handoff.store(WaitHandoff::armed, std::memory_order_relaxed);
   }
@@ -323,14 +307,6 @@ class CallBase : private ClockWaiter {
     async_->set_handoff_error(ec);
     return async_->handoff.compare_exchange_strong(state, to, std::memory_order_release,
                                                    std::memory_order_acquire);
-  }
-
-  /// A layer prepared a queue wait in queue_wait_storage() and will return Step::suspend: the
-  /// engine parks it with `ops` once the callback has returned.
-  void prepare_queue_wait(const QueueWaitOps* ops) noexcept {
-    BOOST_ASSERT(async_->queue_wait == nullptr);  // one wait per Step::suspend
-    BOOST_ASSERT(queue_wait_storage() != nullptr);  // prepared_queue_wait_storage() relies on it
-    async_->queue_wait = ops;
   }
 
  protected:
@@ -396,15 +372,17 @@ class CallBase : private ClockWaiter {
       context_->cancel_requested_ = false;
     }
   }
-  /// The kind of `step`, a callback's result; its argument (a wait's deadline) is kept in the
-  /// execution, so that the machine's loop carries one byte.
+  /// The tag of `step`, a callback's result (a queue step reads as suspend); a step with an
+  /// argument (a wait's deadline, a queue) is kept in the execution, so that the machine's loop
+  /// carries one byte.
   KEVLAR_DETAIL_ALWAYS_INLINE Step::Kind take(Step step) noexcept {
-    if (step.kind() == Step::Kind::wait) wait_deadline_ = step.deadline();
-    return step.kind();
+    const Step::Kind kind = StepAccess::tag(step);
+    if (kind >= Step::Kind::wait) pending_step_ = step;
+    return kind;
   }
   /// A synchronous execution's other steps: a wait blocks until its deadline (or the context's
-  /// deadline, if earlier) and reports how it ended to the layer, returning the layer's next step;
-  /// Step::suspend fails the layer.
+  /// deadline, if earlier), a queue step until its grant (see Step::queue), and each reports how
+  /// it ended to the layer, returning the layer's next step; Step::suspend fails the layer.
   [[gnu::noinline]] Step sync_wait(std::size_t index, Step step);
   /// A synchronous attempt starts: Context::attempt() counts it.
   void count_attempt() noexcept { ++context_->attempt_; }
@@ -430,6 +408,12 @@ class CallBase : private ClockWaiter {
   bool start_operation();
   /// Arms the timer of Step::wait_until; false if that threw (the outcome is then the exception).
   bool start_wait();
+  /// How starting the wait of a queue step went.
+  enum class Started : unsigned char { pending, decided, failed };
+  /// Starts the wait the pending step points at: pending (its completion owns the execution),
+  /// decided at once (`decided` holds the result) or failed (its initiation threw: the waiting
+  /// layer's outcome is the exception).
+  Started start_step(boost::system::error_code& decided);
 
   void resume_after_operation();
   void resume_after_wait(const boost::system::error_code& ec);
@@ -475,7 +459,8 @@ class CallBase : private ClockWaiter {
   std::size_t depth_;  ///< asynchronous: the layer whose step is pending
   std::size_t cancel_origin_ =
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
-  Clock::time_point wait_deadline_{};
+  /// The last step taken with an argument (a wait, a queue step): what the shell performs.
+  Step pending_step_ = Step::suspend;
   /// The layer whose deadline the context holds (lower_deadline), or no_layer.
   std::size_t deadline_owner_ = no_layer;
   bool step_dropped_;

@@ -40,7 +40,7 @@ std::string ConcurrencyLimitStrategy::describe() const {
 StrategyTraits ConcurrencyLimitStrategy::strategy_traits() const noexcept {
   StrategyTraits t;
   t.stateful = true;
-  t.waits_in_queue = true;  // queued executions park inside themselves (Layer::wait_in_queue)
+  t.waits_in_queue = true;  // queued executions park inside themselves (Step::queue)
   return t;
 }
 
@@ -69,40 +69,11 @@ Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
     }
     return reject(layer);
   }
-  if (layer.synchronous()) return wait_synchronously(layer, f);
-  // On an io_context the wait lives in the execution: parking allocates nothing. A decision the
-  // semaphore makes at once under its lock comes back through wait_complete without a hop.
-  layer.wait_in_queue(semaphore_);
-  return Step::suspend;  // the queue owns the execution until the grant (or its abort)
-}
-
-Step ConcurrencyLimitStrategy::wait_synchronously(Layer& layer, Frame& f) {
-  // Blocks in the same FIFO until the grant, the caller's stop or the context's deadline (an
-  // outer timeout's budget), whichever comes first.
-  const Context& ctx = layer.context();
-  const Clock::time_point deadline = ctx.deadline();
-  boost::system::error_code ec;
-  if (deadline == Clock::time_point::max()) {
-    ec = semaphore_.acquire_or_error(ctx.stop_token());
-  } else {
-    ec = semaphore_.acquire_until(layer.clock(), deadline, ctx.stop_token());
-    if (!ec && layer.clock().now() >= deadline) {
-      // Granted as the deadline passed: too late to run. The permit goes to the next waiter.
-      semaphore_.release();
-      ec = boost::asio::error::operation_aborted;
-    }
-    // The deadline ended the wait: a cancellation, as an outer timeout's expiry makes it in an
-    // asynchronous execution (the timeout reports it as errc::timeout).
-    if (ec == errc::timeout) ec = boost::asio::error::operation_aborted;
-  }
-  if (ec == errc::concurrency_limit_exceeded) return reject(layer);
-  if (ec) {
-    layer.outcome().set_error(ec);
-    return Step::complete;
-  }
-  f.phase = Phase::holding;
-  if (layer.wants<LimiterStateChanged>()) emit_state(layer);
-  return Step::run_inner;
+  // The engine waits in the same FIFO once this returns: on an io_context the wait lives in the
+  // execution (parking allocates nothing), a synchronous execution blocks until the grant, the
+  // caller's stop or the context's deadline. A decision the semaphore makes at once under its
+  // lock comes back through wait_complete without a hop.
+  return Step::queue(semaphore_);
 }
 
 Step ConcurrencyLimitStrategy::wait_complete(Layer& layer, Frame& f,
@@ -114,7 +85,9 @@ Step ConcurrencyLimitStrategy::wait_complete(Layer& layer, Frame& f,
     return Step::run_inner;
   }
   if (ec == errc::concurrency_limit_exceeded) return reject(layer);  // lost a race for the queue
-  layer.outcome().set_error(ec);  // operation_aborted (cancelled while queued) or closed
+  // operation_aborted (cancelled while queued, or a synchronous wait stopped or past the
+  // context's deadline) or closed
+  layer.outcome().set_error(ec);
   return Step::complete;
 }
 

@@ -238,7 +238,7 @@ std::string RateLimitStrategy::describe() const {
 StrategyTraits RateLimitStrategy::strategy_traits() const noexcept {
   StrategyTraits t;
   t.stateful = true;
-  t.waits_in_queue = true;  // queued executions park inside themselves (Layer::wait_in_queue)
+  t.waits_in_queue = true;  // queued executions park inside themselves (Step::queue)
   return t;
 }
 
@@ -266,30 +266,11 @@ Step RateLimitStrategy::take_turn(Layer& layer, Frame& f) {
     f.phase = Phase::head;
     return at_head(layer, f);
   }
-  if (layer.synchronous()) {
-    // Blocks in the same FIFO until the turn, the caller's stop or the context's deadline (an
-    // outer timeout's budget); at_head then checks the deadline again before anything runs.
-    const Context& ctx = layer.context();
-    const Clock::time_point deadline = ctx.deadline();
-    boost::system::error_code ec = deadline == Clock::time_point::max()
-                                       ? turn_.acquire_or_error(ctx.stop_token())
-                                       : turn_.acquire_until(layer.clock(), deadline,
-                                                             ctx.stop_token());
-    if (ec) {
-      leave_queue(f);
-      // The deadline ended the wait: a cancellation, as an outer timeout's expiry makes it.
-      layer.outcome().set_error(ec == errc::timeout
-                                    ? boost::system::error_code(boost::asio::error::operation_aborted)
-                                    : ec);
-      return Step::complete;
-    }
-    f.phase = Phase::head;
-    return at_head(layer, f);
-  }
-  // On an io_context the wait lives in the execution: parking allocates nothing. A decision the
-  // semaphore makes at once under its lock comes back through wait_complete without a hop.
-  layer.wait_in_queue(turn_);
-  return Step::suspend;  // the queue owns the execution until the grant (or its abort)
+  // The engine waits in the same FIFO once this returns: on an io_context the wait lives in the
+  // execution (parking allocates nothing), a synchronous execution blocks until the turn, the
+  // caller's stop or the context's deadline (at_head checks the deadline again before anything
+  // runs). A decision the semaphore makes at once comes back through wait_complete without a hop.
+  return Step::queue(turn_);
 }
 
 Step RateLimitStrategy::at_head(Layer& layer, Frame& f) {

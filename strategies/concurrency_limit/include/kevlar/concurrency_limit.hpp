@@ -140,12 +140,9 @@ class ConcurrencyLimitStrategy final
 
  private:
   Step reject(Layer& layer);
-  /// A synchronous execution's queue wait (start): blocks until the grant, the caller's stop or
-  /// the context's deadline.
-  [[gnu::noinline]] Step wait_synchronously(Layer& layer, Frame& f);
   void emit_state(Layer& layer) const noexcept;
   ConcurrencyLimitOptions options_;
-  BasicUnpairedSemaphore<LimiterLedger> semaphore_;
+  QueueSemaphore<LimiterLedger> semaphore_;
 };
 
 /// A concurrency limit: at most `max_concurrency` calls run at once and at most `max_queue` wait.

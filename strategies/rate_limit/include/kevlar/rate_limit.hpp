@@ -345,7 +345,7 @@ class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::
   RateLimitLedger ledger_;
   /// Queue mode: the turn, held by the queued call that waits for its due time; the others wait
   /// for it, FIFO.
-  BasicUnpairedSemaphore<LimiterLedger> turn_;
+  QueueSemaphore<LimiterLedger> turn_;
 };
 
 /// A rate limit: at most `permits` calls per `window` on average, bursts up to `permits`, no queue.
