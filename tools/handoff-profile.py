@@ -90,8 +90,11 @@ RULES = [
     # The semaphores' wait paths.
     ("publication", r"BasicUnpairedSemaphore::(start_acquire|park$|Initiation::|async_acquire$|"
      r"AcquireOp::(create|install|track_work|AcquireOp$|CancelHandler))", None, None),
-    ("publication", r"(EmbeddedQueueWait::(prepare$|park$|discard$|EmbeddedQueueWait$|CancelHandler)|"
-     r"SemaphoreAccess::park$|^kevlar::detail::plain_io_context$)", None, None),
+    # The step's operation that chooses the embedded wait or the general one, and the embedded
+    # wait's start (built in the execution and parked).
+    ("publication", r"(EmbeddedQueueWait::(start$|EmbeddedQueueWait$|CancelHandler)|"
+     r"QueueSemaphore::start$|SemaphoreAccess::park$|^kevlar::detail::plain_io_context$)",
+     None, None),
     ("publication", r"MutexDequeSemaphore::(start$|async_acquire$|Node::Node$|Cancel::Cancel$)",
      None, None),
     ("publication", r"ChannelSemaphore::async_acquire$", None, None),

@@ -6,7 +6,8 @@
 //
 // The engine's hot functions (the synchronous walk of detail/sync_call.hpp, the dispatchers it
 // shares with the asynchronous machine, the asynchronous shell's perform(), a context's
-// destructor, Layer::wait_in_queue) are inlined into their callers when the compiler optimises.
+// destructor, the lease an execution holds on its pipeline) are inlined into their callers when
+// the compiler optimises.
 // At -O0 nothing else is inlined, and forcing these would copy their code into every caller (each
 // inlined level of each call type's walk): a debugger could no longer step into them, and gcov
 // would list every copy's branches under the same source line, where gcovr counts them as that

@@ -10,8 +10,8 @@
 namespace kevlar::detail {
 
 /// A queue wait's delivery that the engine may run itself on this thread, instead of a hop
-/// through the waiter's executor. Only kevlar's own waiters opt in (EmbeddedQueueWait, and an
-/// async_acquire with a QueueWaitHandler), and only
+/// through the waiter's executor. Only kevlar's own waiters opt in (the two waits the engine starts
+/// for a Step::queue: EmbeddedQueueWait, and an async_acquire with a QueueWaitHandler), and only
 /// when the waiter's executor is a plain executor of the io_context the open level belongs to,
 /// running on this thread.
 struct TrampolineJob : IntrusiveListHook<TrampolineJob> {

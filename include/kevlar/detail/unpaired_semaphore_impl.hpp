@@ -666,9 +666,8 @@ detail::Parked BasicUnpairedSemaphore<L>::park(detail::WaitNode* node, OnLink&& 
 
 namespace detail {
 
-/// kevlar's own waiters that own their queue node (an execution waiting through
-/// Layer::wait_in_queue, detail/embedded_queue_wait.hpp): park and cancel without an asynchronous
-/// operation.
+/// kevlar's own waiters that own their queue node (an execution waiting through Step::queue,
+/// detail/embedded_queue_wait.hpp): park and cancel without an asynchronous operation.
 struct SemaphoreAccess {
   template <Ledger L, class OnLink>
   static Parked park(BasicUnpairedSemaphore<L>& sem, WaitNode& node, OnLink&& on_link) noexcept {
