@@ -11,7 +11,9 @@ namespace kevlar {
 namespace {
 
 using Frame = detail::LimiterFrame;
-using Phase = Frame::Phase;
+// A synchronous execution keeps its layers' frames on the stack up to a fixed size: the permit's
+// pointer and a flag keep this one at 16 bytes.
+static_assert(sizeof(Frame) <= 16);
 
 LimiterLedger::count_type checked(int value, int min, const char* name) {
   if (value < min || static_cast<long long>(value) > LimiterLedger::max_count) {
@@ -57,8 +59,7 @@ ConcurrencyLimitState ConcurrencyLimitStrategy::state() const noexcept {
 }
 
 Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
-  if (semaphore_.try_acquire()) {  // the uncontended path: one CAS
-    f.phase = Phase::holding;
+  if (f.permit.try_acquire(semaphore_)) {  // the uncontended path: one CAS
     if (layer.wants<LimiterStateChanged>()) emit_state(layer);
     return Step::run_inner;
   }
@@ -78,9 +79,9 @@ Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
 
 Step ConcurrencyLimitStrategy::wait_complete(Layer& layer, Frame& f,
                                             const boost::system::error_code& ec) {
-  if (f.phase == Phase::rejecting) return Step::complete;  // the hook set the outcome
+  if (f.rejecting) return Step::complete;  // the hook set the outcome
   if (!ec) {
-    f.phase = Phase::holding;
+    f.permit.adopt(semaphore_);  // the grant made it this execution's
     if (layer.wants<LimiterStateChanged>()) emit_state(layer);
     return Step::run_inner;
   }
@@ -102,19 +103,13 @@ Step ConcurrencyLimitStrategy::reject(Layer& layer) {
   }
   return detail::run_rejection_hooks(layer, event, options_.on_rejected,
                                      options_.on_rejected_async, LimiterLedger::rejection(),
-                                     std::nullopt, [&f] { f.phase = Phase::rejecting; });
+                                     std::nullopt, [&f] { f.rejecting = true; });
 }
 
 Step ConcurrencyLimitStrategy::inner_complete(Layer& layer, Frame& f) {
-  f.phase = Phase::acquiring;
-  semaphore_.release();  // one CAS, or a handoff to the oldest waiter
+  f.permit.release();  // one CAS, or a handoff to the oldest waiter
   if (layer.wants<LimiterStateChanged>()) emit_state(layer);
   return Step::complete;
-}
-
-void ConcurrencyLimitStrategy::finish(Layer& layer, Frame& f) noexcept {
-  (void)layer;
-  if (f.phase == Phase::holding) semaphore_.release();  // abandoned while holding
 }
 
 std::shared_ptr<ConcurrencyLimitStrategy> concurrency_limit(int max_concurrency, int max_queue) {

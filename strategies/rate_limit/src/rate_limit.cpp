@@ -14,7 +14,9 @@ namespace kevlar {
 namespace {
 
 using Frame = detail::RateLimitFrame;
-using Phase = Frame::Phase;
+// A synchronous execution keeps its layers' frames on the stack up to a fixed size: a pointer and
+// two flags keep this one at 16 bytes.
+static_assert(sizeof(Frame) <= 16);
 using Kind = RateLimitLedger::Decision::Kind;
 
 /// The furthest a schedule may run ahead of now: a quarter of the nanosecond range (73 years),
@@ -248,7 +250,7 @@ Step RateLimitStrategy::start(Layer& layer, Frame& f) {
     return Step::run_inner;
   }
   if (d.kind == Kind::rejected) return reject(layer, f, d.retry_after);
-  f.phase = Phase::reserved;  // from here on, finish() gives the reservation back
+  f.hold.reserve(*this);  // from here on, the frame gives the reservation back
   return take_turn(layer, f);
 }
 
@@ -262,10 +264,7 @@ Step RateLimitStrategy::inner_complete(Layer& layer, Frame& /*f*/) {
 }
 
 Step RateLimitStrategy::take_turn(Layer& layer, Frame& f) {
-  if (turn_.try_acquire()) {
-    f.phase = Phase::head;
-    return at_head(layer, f);
-  }
+  if (f.hold.try_take_turn()) return at_head(layer, f);
   // The engine waits in the same FIFO once this returns: on an io_context the wait lives in the
   // execution (parking allocates nothing), a synchronous execution blocks until the turn, the
   // caller's stop or the context's deadline (at_head checks the deadline again before anything
@@ -283,43 +282,32 @@ Step RateLimitStrategy::at_head(Layer& layer, Frame& f) {
   }
   const Clock::time_point due = ledger_.head_due();
   if (layer.clock().now() < due) return layer.wait_until(due);  // cancellable, like any wait
-  ledger_.consume_head();
-  f.phase = Phase::admitting;
-  turn_.release();  // the next queued call becomes the head
+  f.hold.start();  // the reservation is used, and the next queued call becomes the head
   return Step::run_inner;
 }
 
 Step RateLimitStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
-  switch (f.phase) {
-    case Phase::rejecting:  // the asynchronous rejection hook finished and set the outcome
-      return Step::complete;
-    case Phase::reserved:  // the turn was granted, or the wait for it ended
-      if (!ec) {
-        f.phase = Phase::head;
-        return at_head(layer, f);
-      }
-      break;
-    case Phase::head:  // the due-time wait ended
-      if (!ec) return at_head(layer, f);
-      break;
-    case Phase::admitting:
-      break;
+  if (f.rejecting) return Step::complete;  // the asynchronous rejection hook set the outcome
+  if (!ec && f.hold.reserved()) {
+    // The turn was granted (it is this call's from now on), or, at the head, the due-time wait
+    // ended.
+    if (!f.hold.has_turn()) f.hold.adopt_turn();
+    return at_head(layer, f);
   }
   // Cancelled while queued (operation_aborted), or the limiter is being destroyed (closed).
-  if (f.phase != Phase::admitting) leave_queue(f);
+  leave_queue(f);
   layer.outcome().set_error(ec);
   return Step::complete;
 }
 
-void RateLimitStrategy::leave_queue(Frame& f) noexcept {
-  ledger_.cancel_reservation();
-  if (f.phase == Phase::head) turn_.release();
-  f.phase = Phase::admitting;
+void detail::RateLimitHold::leave_queue() noexcept {
+  RateLimitStrategy* limiter = std::exchange(limiter_, nullptr);
+  limiter->ledger_.cancel_reservation();
+  if (std::exchange(turn_, false)) (void)limiter->turn_.release();
 }
 
-void RateLimitStrategy::finish(Layer& layer, Frame& f) noexcept {
-  (void)layer;
-  if (f.phase == Phase::reserved || f.phase == Phase::head) leave_queue(f);
+void RateLimitStrategy::leave_queue(Frame& f) noexcept {
+  f.hold.leave();  // the reservation, then the turn: the next head's due time moves first
 }
 
 Step RateLimitStrategy::reject(Layer& layer, Frame& f, Clock::duration retry_after) {
@@ -331,7 +319,7 @@ Step RateLimitStrategy::reject(Layer& layer, Frame& f, Clock::duration retry_aft
       layer.context()};
   return detail::run_rejection_hooks(layer, event, options_.on_rejected, options_.on_rejected_async,
                                      make_error_code(errc::rate_limited), retry_after,
-                                     [&f] { f.phase = Phase::rejecting; });
+                                     [&f] { f.rejecting = true; });
 }
 
 std::shared_ptr<RateLimitStrategy> rate_limit(int permits, Clock::duration window) {

@@ -8,6 +8,7 @@
 #include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 #include <kevlar/limiter_ledger.hpp>
+#include <kevlar/permit.hpp>
 #include <kevlar/queue_wait.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
@@ -65,15 +66,11 @@ struct ConcurrencyLimitState {
 
 namespace detail {
 
-/// A concurrency limit's per-execution state, in its layer's frame.
+/// A concurrency limit's per-execution state, in its layer's frame. The permit the execution
+/// holds goes back with the frame, however the execution ends.
 struct LimiterFrame {
-  /// Where an execution stands at this position.
-  enum class Phase : unsigned char {
-    acquiring,  ///< no permit yet (or waiting in the queue)
-    holding,    ///< owns a permit
-    rejecting,  ///< rejected; the asynchronous rejection hook is running
-  };
-  Phase phase = Phase::acquiring;
+  Permit<QueueSemaphore<LimiterLedger>> permit;
+  bool rejecting = false;  ///< rejected; the asynchronous rejection hook is running
 };
 
 }  // namespace detail
@@ -129,8 +126,6 @@ class ConcurrencyLimitStrategy final
   /// A queue wait ended: the permit was granted, or the call was cancelled (`operation_aborted`),
   /// closed (`errc::closed`) or rejected; also the end of an asynchronous rejection hook.
   Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
-  /// Returns a permit the execution still holds (it was abandoned).
-  void finish(Layer& layer, Frame& f) noexcept;
 
   /// {running, queued, available, closed} from one load. Thread-safe.
   [[nodiscard]] ConcurrencyLimitState state() const noexcept;

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace kevlar {
 
@@ -255,15 +256,59 @@ struct RateLimitOptions {
 
 namespace detail {
 
-/// A rate limit's per-execution state, in its layer's frame.
+}  // namespace detail
+
+class RateLimitStrategy;
+
+namespace detail {
+
+/// What a queued call holds at a rate limit: its reservation in the ledger and, once it is the
+/// head of the queue, the turn. Both go back when the hold goes (the reservation first, so that the
+/// next head's due time has moved before it gets the turn), unless the call started. One pointer
+/// and a flag, so that the frame stays 16 bytes.
+class RateLimitHold {
+ public:
+  RateLimitHold() noexcept = default;
+  RateLimitHold(const RateLimitHold&) = delete;
+  RateLimitHold& operator=(const RateLimitHold&) = delete;
+  ~RateLimitHold() {
+    // An admitted call holds nothing: its frame's end costs one test.
+    if (limiter_ != nullptr) [[unlikely]] {
+      leave_queue();
+    }
+  }
+
+  /// The ledger queued a reservation for this call (RateLimitLedger::Decision::Kind::queued).
+  void reserve(RateLimitStrategy& limiter) noexcept { limiter_ = &limiter; }
+  /// True while the call holds a reservation.
+  [[nodiscard]] bool reserved() const noexcept { return limiter_ != nullptr; }
+  /// Takes the turn if it is free; true if it did.
+  [[nodiscard]] inline bool try_take_turn() noexcept;
+  /// The wait for the turn was granted: the turn is this call's.
+  void adopt_turn() noexcept { turn_ = true; }
+  /// True while the call holds the turn.
+  [[nodiscard]] bool has_turn() const noexcept { return turn_; }
+  /// The call starts: its reservation leaves the queue as used, and the turn passes on.
+  inline void start() noexcept;
+  /// The call leaves the queue: its reservation, then the turn, go back (nothing if none held).
+  void leave() noexcept {
+    if (limiter_ != nullptr) leave_queue();
+  }
+
+ private:
+  /// leave() with a reservation held (out of line: rate_limit.cpp).
+  void leave_queue() noexcept;
+
+  RateLimitStrategy* limiter_ = nullptr;
+  bool turn_ = false;
+};
+
+/// A rate limit's per-execution state, in its layer's frame: what a queued call holds goes back
+/// with the frame, however the execution ends.
 struct RateLimitFrame {
-  enum class Phase : unsigned char {
-    admitting,  ///< nothing taken yet (or a permit taken: nothing to give back)
-    reserved,   ///< holds a reservation, waits for its turn at the head of the queue
-    head,       ///< holds a reservation and the turn, waits for the reservation's due time
-    rejecting,  ///< rejected; the asynchronous rejection hook is running
-  };
-  Phase phase = Phase::admitting;
+  /// Laid out as a base would be: `rejecting` fits in its padding.
+  [[no_unique_address]] RateLimitHold hold;
+  bool rejecting = false;  ///< rejected; the asynchronous rejection hook is running
 };
 
 }  // namespace detail
@@ -323,9 +368,6 @@ class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::
   Step inner_complete(Layer& layer, Frame& f);
   /// The turn or the due-time wait ended (or the asynchronous rejection hook did).
   Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
-  /// Gives back a reservation (and the turn) the execution still holds: it failed or was
-  /// abandoned while queued.
-  void finish(Layer& layer, Frame& f) noexcept;
 
   /// {available, queued} at `clock.now()`: pass the clock of the shields the limiter serves (the
   /// steady clock by default). Thread-safe.
@@ -336,10 +378,11 @@ class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::
   [[nodiscard]] const RateLimitLedger& ledger() const noexcept { return ledger_; }
 
  private:
+  friend class detail::RateLimitHold;
   Step reject(Layer& layer, Frame& f, Clock::duration retry_after);
   Step take_turn(Layer& layer, Frame& f);
   Step at_head(Layer& layer, Frame& f);
-  void leave_queue(Frame& f) noexcept;
+  static void leave_queue(Frame& f) noexcept;
 
   RateLimitOptions options_;
   RateLimitLedger ledger_;
@@ -347,6 +390,23 @@ class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::
   /// for it, FIFO.
   QueueSemaphore<LimiterLedger> turn_;
 };
+
+namespace detail {
+
+inline bool RateLimitHold::try_take_turn() noexcept {
+  turn_ = limiter_->turn_.try_acquire();
+  return turn_;
+}
+
+inline void RateLimitHold::start() noexcept {
+  RateLimitStrategy* limiter = std::exchange(limiter_, nullptr);
+  limiter->ledger_.consume_head();
+  turn_ = false;
+  (void)limiter->turn_.release();  // the next queued call becomes the head
+}
+
+
+}  // namespace detail
 
 /// A rate limit: at most `permits` calls per `window` on average, bursts up to `permits`, no queue.
 /// Add it with BasicShield::use or with (`kevlar::Shield::rate_limit` is the fluent form).
