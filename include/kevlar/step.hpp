@@ -120,10 +120,10 @@ class Step {
   /// this execution's: give it back with `release()` when done), `operation_aborted` (the caller
   /// cancelled, or a strategy outside this one cancelled this part of the pipeline, while it was
   /// queued), `errc::closed`, or the ledger's rejection code (a full queue). The engine starts
-  /// the wait once the callback has returned, never inside it; a decision the semaphore makes at
-  /// once (a permit came free, the queue is full, it is closed) reaches on_wait_complete without
-  /// a hop. The semaphore's rules hold: FIFO, cancellation until the grant, no result inside
-  /// release() or close().
+  /// the wait once the callback has returned, never inside it; for the embedded wait (below), a
+  /// decision the semaphore makes at once (a permit came free, the queue is full, it is closed)
+  /// reaches on_wait_complete without a hop. The semaphore's rules hold: FIFO, cancellation until
+  /// the grant, no result inside release() or close().
   ///
   /// Asynchronous executions: on a plain io_context executor (or an any_io_executor holding one),
   /// when the strategy declares StrategyTraits::waits_in_queue, the wait lives in the execution

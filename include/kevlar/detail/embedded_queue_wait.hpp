@@ -182,7 +182,8 @@ class QueueWaitHandler {
   static constexpr bool kevlar_inline_grant = true;
 
   explicit QueueWaitHandler(CallBase& call) noexcept : call_(&call) {}
-  QueueWaitHandler(QueueWaitHandler&& other) noexcept : call_(std::exchange(other.call_, nullptr)) {}
+  QueueWaitHandler(QueueWaitHandler&& other) noexcept
+      : call_(std::exchange(other.call_, nullptr)) {}
   QueueWaitHandler& operator=(QueueWaitHandler&&) = delete;
   ~QueueWaitHandler() {
     if (call_ != nullptr) [[unlikely]] {

@@ -40,10 +40,11 @@ namespace detail {
 
 class CallBase;
 
-/// Where the wait a layer started with a handler of Layer::wait_handler() stands while the callback that started it has not returned to the engine. Until it returns the
-/// engine still reads the execution, so a handler that runs meanwhile (on another thread of a
-/// multi-threaded executor, or inside the initiating call) must not resume it: it leaves its result
-/// here, and the engine reports it once the callback has returned.
+/// Where the wait a layer started with a handler of Layer::wait_handler() stands while the
+/// callback that started it has not returned to the engine. Until it returns the engine still
+/// reads the execution, so a handler that runs meanwhile (on another thread of a multi-threaded
+/// executor, or inside the initiating call) must not resume it: it leaves its result here, and
+/// the engine reports it once the callback has returned.
 enum class WaitHandoff : unsigned char {
   idle,       ///< no such callback is running: a handler resumes the execution itself
   armed,      ///< a callback created a wait handler and has not returned yet
@@ -53,8 +54,8 @@ enum class WaitHandoff : unsigned char {
 
 /// What only an asynchronous execution needs to run its pending steps: the signal forwarding
 /// cancellation to the pending step, the inline slot of kevlar's own queue waits (Step::queue),
-/// the timer of Step::wait_until, and the attempts a layer runs at once. It lives in the asynchronous
-/// execution's block; a synchronous execution has none.
+/// the timer of Step::wait_until, and the attempts a layer runs at once. It lives in the
+/// asynchronous execution's block; a synchronous execution has none.
 struct AsyncSteps {
   boost::asio::cancellation_signal step_signal;
   InlineCancellation inline_cancellation;
@@ -168,7 +169,9 @@ class CallBase : private ClockWaiter {
   /// with `ec` (`operation_aborted` if it was cut short).
   EngineAction wait_done(const boost::system::error_code& ec);
   /// The deadline of the wait advance() asked for.
-  [[nodiscard]] Clock::time_point wait_deadline() const noexcept { return pending_step_.deadline(); }
+  [[nodiscard]] Clock::time_point wait_deadline() const noexcept {
+    return pending_step_.deadline();
+  }
   /// What the step advance() asked to start (EngineAction::start_step) points at.
   [[nodiscard]] StepTarget& pending_target() const noexcept {
     return *StepAccess::target(pending_step_);

@@ -73,7 +73,7 @@ Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
   // The engine waits in the same FIFO once this returns: on an io_context the wait lives in the
   // execution (parking allocates nothing), a synchronous execution blocks until the grant, the
   // caller's stop or the context's deadline. A decision the semaphore makes at once under its
-  // lock comes back through wait_complete without a hop.
+  // lock comes back through wait_complete (without a hop for the embedded wait).
   return Step::queue(semaphore_);
 }
 

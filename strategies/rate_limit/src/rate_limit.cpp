@@ -268,7 +268,8 @@ Step RateLimitStrategy::take_turn(Layer& layer, Frame& f) {
   // The engine waits in the same FIFO once this returns: on an io_context the wait lives in the
   // execution (parking allocates nothing), a synchronous execution blocks until the turn, the
   // caller's stop or the context's deadline (at_head checks the deadline again before anything
-  // runs). A decision the semaphore makes at once comes back through wait_complete without a hop.
+  // runs). A decision the semaphore makes at once comes back through wait_complete (without a hop
+  // for the embedded wait).
   return Step::queue(turn_);
 }
 
@@ -307,7 +308,7 @@ void detail::RateLimitHold::leave_queue() noexcept {
 }
 
 void RateLimitStrategy::leave_queue(Frame& f) noexcept {
-  f.hold.leave();  // the reservation, then the turn: the next head's due time moves first
+  f.hold.leave();  // the reservation, then the turn, if held
 }
 
 Step RateLimitStrategy::reject(Layer& layer, Frame& f, Clock::duration retry_after) {

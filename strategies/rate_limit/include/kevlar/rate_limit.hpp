@@ -254,17 +254,13 @@ struct RateLimitOptions {
   std::function<std::optional<Clock::duration>(OutcomeRef)> hold_from_outcome;
 };
 
-namespace detail {
-
-}  // namespace detail
-
 class RateLimitStrategy;
 
 namespace detail {
 
 /// What a queued call holds at a rate limit: its reservation in the ledger and, once it is the
-/// head of the queue, the turn. Both go back when the hold goes (the reservation first, so that the
-/// next head's due time has moved before it gets the turn), unless the call started. One pointer
+/// head of the queue, the turn. Both go back when the hold goes, unless the call started (a turn
+/// that a wait granted too late, or whose delivery was dropped, went back already). One pointer
 /// and a flag, so that the frame stays 16 bytes.
 class RateLimitHold {
  public:
