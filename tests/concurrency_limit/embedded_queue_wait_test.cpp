@@ -7,6 +7,8 @@
 // undelivered grants through the strategy.
 #include "concurrency_limit/limiter_test_support.hpp"
 
+#include <alloc_counter.hpp>
+
 #include <spin_until.hpp>
 
 #include <kevlar/concurrency_limit.hpp>
@@ -581,6 +583,63 @@ TEST(EmbeddedWait, AGeneralWaitStartsOnceTheCallbackHasReturned) {
   EXPECT_NE(parking->delivered_on[0], std::this_thread::get_id()) << "the grant skipped the pool";
   EXPECT_FALSE(parking->delivered_inside_on_start[0]);
   EXPECT_EQ(sem.ledger().in_use(), 0U);
+}
+
+// On a strand the queue wait is the general one, an async_acquire whose operation block comes from
+// operator new on a thread whose block cache starts empty. The n-th allocation of starting a call
+// that must queue fails: the call is refused (execute_async throws), or it completes with the
+// failure, or it queues and runs once the permit comes back; either way nothing stays queued and no
+// permit is lost. Each round runs on a thread of its own (an empty block cache).
+TEST(EmbeddedWait, AGeneralWaitThatFailsToStartLeavesNothingBehind) {
+  bool reached_the_end = false;
+  int failed_calls = 0;
+  for (std::uint64_t n = 0; n < 64 && !reached_the_end; ++n) {
+    std::thread([&] {
+      Semaphore sem(1U, 1U);
+      asio::io_context ioc;
+      const auto strand = asio::make_strand(ioc);
+      test::ManualOps ops;
+      const Shield s = Shield{}.use(std::make_shared<Parking>(sem));
+      std::map<int, error_code> done;
+      const auto handler = [&](int id) {
+        return asio::bind_executor(strand, [&done, id](error_code ec, int) { done[id] = ec; });
+      };
+      s.execute_async(ops.attempt(1), handler(1));
+      ioc.poll();
+      ASSERT_TRUE(ops.pending(1)) << n;  // it holds the one permit
+      bool started = false;
+      const testing::InjectedFailure injected = testing::inject_allocation_failure(n, [&] {
+        s.execute_async(ops.attempt(2), handler(2));
+        started = true;
+        ioc.poll();
+      });
+      reached_the_end = !injected.fired;
+      const bool failed = !started || done.count(2) != 0;
+      if (failed) {
+        ASSERT_TRUE(injected.fired) << n << ": the call failed without an allocation failure";
+        ++failed_calls;
+        EXPECT_EQ(sem.waiting(), 0U) << n << ": a failed start left a waiter";
+      } else {
+        EXPECT_EQ(sem.waiting(), 1U) << n;
+      }
+      ops.complete(1);
+      ioc.restart();
+      ioc.poll();  // 1 releases: a queued 2 is granted and starts
+      EXPECT_FALSE(done.at(1)) << n;
+      if (!failed) {
+        ASSERT_TRUE(ops.pending(2)) << n << ": the queued call was not granted";
+        ops.complete(2);
+        ioc.restart();
+        ioc.poll();
+        EXPECT_FALSE(done.at(2)) << n;
+      }
+      EXPECT_EQ(sem.ledger().in_use(), 0U) << n << ": a permit was lost";
+      EXPECT_EQ(sem.waiting(), 0U) << n;
+    }).join();
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  EXPECT_TRUE(reached_the_end) << "more than 64 allocations on the queued path";
+  EXPECT_GT(failed_calls, 0) << "no allocation failure made the queued call fail";
 }
 
 // On a thread pool (not a plain io_context executor) a queued call takes the general wait, an
