@@ -90,22 +90,21 @@ Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
 
 EngineAction CallBase::advance(Step step) {
   const std::size_t n = pipeline_->size;
-  // The loop carries the step's kind; take() keeps its argument (a wait's deadline) in the
-  // execution.
-  Step::Kind kind = take(step);
+  // The loop carries the step (one word) and switches on its tag; a step whose argument the shell
+  // needs (a wait's deadline, a queue) is kept in the execution where the machine returns it.
   for (;;) {
-    switch (kind) {
+    switch (StepAccess::tag(step)) {
       case Step::Kind::run_inner: {
         if (depth_ == attempt_layer_) [[unlikely]] {
           if (!leave_parked_layer()) {
-            kind = take(refuse_step_with_attempts(kind));
+            step = refuse_step_with_attempts(Step::Kind::run_inner);
             continue;
           }
         }
         const std::size_t next = depth_ + 1;  // no_layer + 1 wraps to 0
         if (next < n) {
           depth_ = next;
-          kind = take(dispatch_start(next));
+          step = dispatch_start(next);
           continue;
         }
         if (n != 0 && past_deadline()) {
@@ -120,7 +119,7 @@ EngineAction CallBase::advance(Step step) {
           outcome_.set_error(boost::asio::error::operation_aborted);
           if (n == first_) return EngineAction::deliver;  // no layer of its own
           depth_ = n - 1;
-          kind = take(dispatch_inner_complete(depth_));
+          step = dispatch_inner_complete(depth_);
           continue;
         }
         depth_ = n;
@@ -132,24 +131,26 @@ EngineAction CallBase::advance(Step step) {
         finish_layer(depth_);
         if (depth_ == first_) return EngineAction::deliver;
         --depth_;
-        kind = take(dispatch_inner_complete(depth_));
+        step = dispatch_inner_complete(depth_);
         continue;
       case Step::Kind::wait:
         if (depth_ == attempt_layer_) [[unlikely]] {
           if (!leave_parked_layer()) {
-            kind = take(refuse_step_with_attempts(kind));
+            step = refuse_step_with_attempts(Step::Kind::wait);
             continue;
           }
         }
-        return EngineAction::wait;  // until wait_deadline_, which take() kept
-      case Step::Kind::queue:  // take() reports a queue step as suspend
+        pending_step_ = step;  // the shell waits until its deadline (wait_deadline())
+        return EngineAction::wait;
+      case Step::Kind::queue:  // the tag of a queue step reads as suspend
       case Step::Kind::suspend:
-        if (StepAccess::target(pending_step_) != nullptr) [[unlikely]] {
-          // A step that points at a queue: the shell starts its wait (take() kept the step).
+        if (StepAccess::target(step) != nullptr) [[unlikely]] {
+          // A step that points at a queue: the shell starts its wait (pending_target()).
           if (depth_ == attempt_layer_ && !leave_parked_layer()) {
-            kind = take(refuse_step_with_attempts(Step::Kind::queue));
+            step = refuse_step_with_attempts(Step::Kind::queue);
             continue;
           }
+          pending_step_ = step;
           return EngineAction::start_step;
         }
         if (depth_ == attempt_layer_) [[unlikely]] {
@@ -158,7 +159,7 @@ EngineAction CallBase::advance(Step step) {
           a.busy = false;
           if (a.abandoned) return EngineAction::abandon;  // an attempt's executor shut down
           if (!a.done.empty()) {
-            kind = take(report_attempt());
+            step = report_attempt();
             continue;
           }
         }
@@ -174,7 +175,7 @@ EngineAction CallBase::advance(Step step) {
                 step_completed();
                 resumed_ = true;
                 if (depth_ == attempt_layer_) async_->attempts.busy = true;
-                kind = take(dispatch_wait_complete(depth_, async_->handoff_error()));
+                step = dispatch_wait_complete(depth_, async_->handoff_error());
                 continue;
               case WaitHandoff::dropped:
                 return EngineAction::abandon;  // destroyed uninvoked: it never completes

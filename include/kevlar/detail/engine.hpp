@@ -375,14 +375,6 @@ class CallBase : private ClockWaiter {
       context_->cancel_requested_ = false;
     }
   }
-  /// The tag of `step`, a callback's result (a queue step reads as suspend); a step with an
-  /// argument (a wait's deadline, a queue) is kept in the execution, so that the machine's loop
-  /// carries one byte.
-  KEVLAR_DETAIL_ALWAYS_INLINE Step::Kind take(Step step) noexcept {
-    const Step::Kind kind = StepAccess::tag(step);
-    if (kind >= Step::Kind::wait) pending_step_ = step;
-    return kind;
-  }
   /// A synchronous execution's other steps: a wait blocks until its deadline (or the context's
   /// deadline, if earlier), a queue step until its grant (see Step::queue), and each reports how
   /// it ended to the layer, returning the layer's next step; Step::suspend fails the layer.
@@ -462,7 +454,8 @@ class CallBase : private ClockWaiter {
   std::size_t depth_;  ///< asynchronous: the layer whose step is pending
   std::size_t cancel_origin_ =
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
-  /// The last step taken with an argument (a wait, a queue step): what the shell performs.
+  /// The step whose argument the shell needs (a wait's deadline, a queue): kept by advance()
+  /// where it returns EngineAction::wait or start_step.
   Step pending_step_ = Step::suspend;
   /// The layer whose deadline the context holds (lower_deadline), or no_layer.
   std::size_t deadline_owner_ = no_layer;
