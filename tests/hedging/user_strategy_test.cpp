@@ -3,6 +3,7 @@
 #include <pending_ops.hpp>
 
 #include <kevlar/kevlar.hpp>
+#include <kevlar/queue_wait.hpp>
 
 #include <gtest/gtest.h>
 #include <boost/asio/bind_executor.hpp>
@@ -91,17 +92,27 @@ kevlar::StrategyTraits racing_traits() noexcept {
   return t;
 }
 
-/// Misuse the engine refuses: run_inner or wait while attempts run.
+/// Misuse the engine refuses: run_inner, wait or queue while attempts run.
 class Misuse final : public kevlar::Strategy {
  public:
   /// What it returns while its attempt runs.
-  enum class Then : unsigned char { run_inner, wait };
+  enum class Then : unsigned char { run_inner, wait, queue };
   explicit Misuse(Then then) : then_(then) {}
+  /// What Then::queue waits in: a permit free, which a step performed would take.
+  QueueSemaphore<> queue{1U};
   std::string describe() const override { return "Misuse"; }
   kevlar::StrategyTraits traits() const noexcept override { return racing_traits(); }
   kevlar::Step on_start(kevlar::Layer& layer) override {
     layer.start_attempt();
-    return then_ == Then::wait ? layer.wait_for(std::chrono::seconds(1)) : Step::run_inner;
+    switch (then_) {
+      case Then::wait:
+        return layer.wait_for(std::chrono::seconds(1));
+      case Then::queue:
+        return Step::queue(queue);
+      case Then::run_inner:
+        break;
+    }
+    return Step::run_inner;
   }
 
  private:
@@ -120,6 +131,14 @@ TEST_F(UserAttempts, WaitWhileAttemptsRunFailsThePosition) {
   start(Shield{}.use(std::make_shared<Misuse>(Misuse::Then::wait)));
   ASSERT_TRUE(ec.has_value());
   EXPECT_EQ(*ec, make_error_code(errc::callback_exception));
+}
+
+TEST_F(UserAttempts, AQueueStepWhileAttemptsRunFailsThePositionAndTakesNoPermit) {
+  auto misuse = std::make_shared<Misuse>(Misuse::Then::queue);
+  start(Shield{}.use(misuse));
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_EQ(*ec, make_error_code(errc::callback_exception)) << "a std::logic_error outcome";
+  EXPECT_EQ(misuse->queue.available(), 1U) << "the refused step waited in the queue";
 }
 
 /// Starts two attempts and cancels the first by its id at once: the second's outcome is the call's.
