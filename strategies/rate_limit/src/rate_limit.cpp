@@ -277,7 +277,7 @@ Step RateLimitStrategy::at_head(Layer& layer, Frame& f) {
   if (leaving(layer)) {
     // Cancelled, or past its deadline, while the turn was on its way (the semaphore ignores a
     // cancellation once it has granted), or an outer timeout expired: it never runs.
-    leave_queue(f);
+    f.hold.leave();
     layer.outcome().set_error(boost::asio::error::operation_aborted);
     return Step::complete;
   }
@@ -296,7 +296,7 @@ Step RateLimitStrategy::wait_complete(Layer& layer, Frame& f, const boost::syste
     return at_head(layer, f);
   }
   // Cancelled while queued (operation_aborted), or the limiter is being destroyed (closed).
-  leave_queue(f);
+  f.hold.leave();
   layer.outcome().set_error(ec);
   return Step::complete;
 }
@@ -305,10 +305,6 @@ void detail::RateLimitHold::leave_queue() noexcept {
   RateLimitStrategy* limiter = std::exchange(limiter_, nullptr);
   limiter->ledger_.cancel_reservation();
   if (std::exchange(turn_, false)) (void)limiter->turn_.release();
-}
-
-void RateLimitStrategy::leave_queue(Frame& f) noexcept {
-  f.hold.leave();  // the reservation, then the turn, if held
 }
 
 Step RateLimitStrategy::reject(Layer& layer, Frame& f, Clock::duration retry_after) {

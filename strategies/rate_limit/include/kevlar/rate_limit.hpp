@@ -378,7 +378,6 @@ class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::
   Step reject(Layer& layer, Frame& f, Clock::duration retry_after);
   Step take_turn(Layer& layer, Frame& f);
   Step at_head(Layer& layer, Frame& f);
-  static void leave_queue(Frame& f) noexcept;
 
   RateLimitOptions options_;
   RateLimitLedger ledger_;
