@@ -8,18 +8,80 @@
 
 #include "semaphore_controls.hpp"
 
+#include <kevlar/detail/block_cache.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/strategy.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <atomic>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
 namespace kevlar::bench {
+
+/// The completion of a control semaphore's wait: resumes the waiting execution (its
+/// on_wait_complete) through the engine, as kevlar's own queue waits do, with the execution's
+/// executor and cancellation slot.
+class ControlWaitHandler {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+  using cancellation_slot_type = boost::asio::cancellation_slot;
+  using allocator_type = kevlar::detail::CachingAllocator<void>;
+
+  explicit ControlWaitHandler(kevlar::detail::CallBase& call) noexcept : call_(&call) {}
+  ControlWaitHandler(ControlWaitHandler&& other) noexcept
+      : call_(std::exchange(other.call_, nullptr)) {}
+  ControlWaitHandler& operator=(ControlWaitHandler&&) = delete;
+  ~ControlWaitHandler() {
+    if (call_ == nullptr) return;
+    if (kevlar::detail::tl_running_call == call_) {
+      call_->step_dropped();  // its initiation is throwing
+    } else {
+      call_->abandon_execution();  // its executor shut down with the wait pending
+    }
+  }
+  void operator()(const boost::system::error_code& ec) {
+    std::exchange(call_, nullptr)->wait_completed(ec);
+  }
+  [[nodiscard]] executor_type get_executor() const noexcept {
+    return call_ != nullptr ? call_->call_executor() : executor_type();
+  }
+  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
+    return call_ != nullptr ? call_->step_slot() : cancellation_slot_type();
+  }
+  [[nodiscard]] allocator_type get_allocator() const noexcept { return {}; }
+
+ private:
+  kevlar::detail::CallBase* call_;
+};
+
+/// A control semaphore as the object of a queue step: the asynchronous shell starts its
+/// async_acquire once the strategy's callback has returned. Asynchronous executions only.
+template <class Sem>
+struct ControlQueue : kevlar::detail::StepTarget {
+  explicit ControlQueue(Sem& s) noexcept : kevlar::detail::StepTarget{&ops}, sem(&s) {}
+
+  static bool start(kevlar::detail::StepTarget& target, kevlar::detail::CallBase& call,
+                    boost::system::error_code& /*decided*/) {
+    static_cast<ControlQueue&>(target).sem->async_acquire(ControlWaitHandler(call));
+    return true;
+  }
+  static boost::system::error_code block(kevlar::detail::StepTarget& /*target*/,
+                                         kevlar::detail::CallBase& /*call*/) {
+    throw std::logic_error("benchmark control limiter: asynchronous executions only");
+  }
+  static constexpr kevlar::detail::StepTargetOps ops{
+      static_cast<unsigned char>(kevlar::Step::Kind::queue), &ControlQueue::start,
+      &ControlQueue::block, nullptr};
+
+  Sem* sem;
+};
 
 /// Kevlar's two-object limiter (interlocked counters; a semaphore that only carries wake-ups),
 /// following the rules that make it correct in C++ (seq_cst Dekker pair, registration before the
@@ -46,8 +108,7 @@ class TwoObjectLimiter final : public kevlar::Strategy {
       waiters_.fetch_sub(1, std::memory_order_seq_cst);
       return kevlar::Step::run_inner;
     }
-    sem_.async_acquire(layer.wait_handler());
-    return kevlar::Step::suspend;
+    return kevlar::detail::StepAccess::point_at(control_queue_);  // the shell starts async_acquire
   }
   kevlar::Step on_wait_complete(kevlar::Layer& layer,
                                 const boost::system::error_code& ec) override {
@@ -81,6 +142,7 @@ class TwoObjectLimiter final : public kevlar::Strategy {
   std::atomic<int> available_;
   std::atomic<int> waiters_{0};
   Sem sem_;
+  ControlQueue<Sem> control_queue_{sem_};
 };
 
 /// Whether call B waits in the control limiter's queue (the pair's precondition for firing).

@@ -70,12 +70,10 @@ inline Step CallBase::dispatch_wait_complete(std::size_t index,
 Step CallBase::fail_layer(std::size_t index, std::exception_ptr ep) noexcept {
   (void)index;
   outcome_.set_exception(std::move(ep));
-  // A wait handler the callback created before it threw was destroyed by its failed initiation,
-  // or ran or died meanwhile and left its result to the engine, which drops it: the layer's
-  // outcome is the exception.
-  if (async_ != nullptr &&
-      async_->handoff.load(std::memory_order_relaxed) != WaitHandoff::idle) [[unlikely]] {
-    async_->handoff.exchange(WaitHandoff::idle, std::memory_order_acq_rel);
+  // A coroutine the callback left with Layer::await before it threw is released unstarted (the
+  // step of a wait or a queue that has ended releases nothing).
+  if (StepTarget* target = StepAccess::target(pending_step_)) [[unlikely]] {
+    if (target->step_ops->discard != nullptr) target->step_ops->discard(*target, *this);
   }
   return Step::complete;
 }
@@ -142,12 +140,14 @@ EngineAction CallBase::advance(Step step) {
         }
         pending_step_ = step;  // the shell waits until its deadline (wait_deadline())
         return EngineAction::wait;
-      case Step::Kind::queue:  // the tag of a queue step reads as suspend
+      case Step::Kind::queue:  // the tag of a step that points at an object reads as suspend
+      case Step::Kind::await:
       case Step::Kind::suspend:
-        if (StepAccess::target(step) != nullptr) [[unlikely]] {
-          // A step that points at a queue: the shell starts its wait (pending_target()).
+        if (StepTarget* target = StepAccess::target(step)) [[unlikely]] {
+          // A step that points at a queue or a coroutine: the shell starts it (pending_target()).
           if (depth_ == attempt_layer_ && !leave_parked_layer()) {
-            step = refuse_step_with_attempts(Step::Kind::queue);
+            if (target->step_ops->discard != nullptr) target->step_ops->discard(*target, *this);
+            step = refuse_step_with_attempts(static_cast<Step::Kind>(target->step_ops->kind));
             continue;
           }
           pending_step_ = step;
@@ -163,29 +163,7 @@ EngineAction CallBase::advance(Step step) {
             continue;
           }
         }
-        // The strategy's wait handler owns the execution, or the parked layer's attempts do.
-        if (async_ != nullptr) {
-          // A wait handler created in this callback: settle the handoff. Until this exchange the
-          // handler cannot resume the execution, so the reads above were safe.
-          if (async_->handoff.load(std::memory_order_relaxed) != WaitHandoff::idle) [[unlikely]] {
-            switch (async_->handoff.exchange(WaitHandoff::idle, std::memory_order_acq_rel)) {
-              case WaitHandoff::completed:
-                // It ran before the callback returned (another thread, or inside the initiating
-                // call): the layer hears of it now, as from wait_completed, without a hop.
-                step_completed();
-                resumed_ = true;
-                if (depth_ == attempt_layer_) async_->attempts.busy = true;
-                step = dispatch_wait_complete(depth_, async_->handoff_error());
-                continue;
-              case WaitHandoff::dropped:
-                return EngineAction::abandon;  // destroyed uninvoked: it never completes
-              case WaitHandoff::idle:
-              case WaitHandoff::armed:
-                break;  // the handler owns the execution from here
-            }
-          }
-        }
-        return EngineAction::pending;
+        return EngineAction::pending;  // the parked layer's attempts own the execution
     }
   }
 }
@@ -208,7 +186,8 @@ EngineAction CallBase::wait_done(const boost::system::error_code& ec) {
 
 Step CallBase::sync_wait(std::size_t index, Step step) {
   if (StepTarget* target = StepAccess::target(step)) {
-    // A queue step: its own blocking wait, ended by the caller's stop and the context's deadline.
+    // A queue step (its own blocking wait, ended by the caller's stop and the context's deadline)
+    // or an await step (the coroutine run to completion on this thread).
     boost::system::error_code ec;
     try {
       ec = target->step_ops->block(*target, *this);
@@ -218,8 +197,7 @@ Step CallBase::sync_wait(std::size_t index, Step step) {
     return dispatch_wait_complete(index, ec);
   }
   if (step.kind() != Step::Kind::wait) {
-    // The machine's pending: only a strategy's own asynchronous wait or attempts leave a step
-    // pending.
+    // The machine's pending: only attempts leave a step pending.
     return fail_layer(index, std::make_exception_ptr(std::logic_error(
                                  "kevlar: a strategy returned Step::suspend from a synchronous "
                                  "execution")));
@@ -302,7 +280,10 @@ Step CallBase::refuse_step_with_attempts(Step::Kind kind) noexcept {
       : kind == Step::Kind::wait
           ? "kevlar: a strategy returned Step::wait_until while attempts it started are running "
             "(arm its wait through the deadline service and return Step::suspend)"
-          : "kevlar: a strategy returned Step::queue while attempts it started are running")));
+          : kind == Step::Kind::queue
+          ? "kevlar: a strategy returned Step::queue while attempts it started are running"
+          : "kevlar: a strategy returned Layer::await's step while attempts it started are "
+            "running")));
   return Step::complete;
 }
 
@@ -385,8 +366,7 @@ void CallBase::resume_after_wait(const boost::system::error_code& ec) {
 }
 
 void CallBase::abandon_execution() noexcept {
-  // A synchronous execution has nothing pending to abandon, and its machine fields are unset: a
-  // strategy that dropped a wait handler inside its callback is failed by the synchronous shell.
+  // A synchronous execution has nothing pending to abandon, and its machine fields are unset.
   if (async_ == nullptr) return;
   const DeferredChecks::Scope checks;
   // The attempts a parked layer runs belong to the same executor, which is shutting down: they

@@ -63,7 +63,7 @@ RULES = [
     # The two-object control limiters keep B's registration and the grant decision in their
     # strategy callbacks: those lines are the controls' ledger work in publication / completion.
     ("publication", r"TwoObjectLimiter::on_start$", None,
-     ("two_object_limiter.hpp", "on_start(", "waiters_.fetch_add", "return kevlar::Step::suspend")),
+     ("two_object_limiter.hpp", "on_start(", "waiters_.fetch_add", "StepAccess::point_at")),
     ("completion", r"TwoObjectLimiter::on_inner_complete$", None,
      ("two_object_limiter.hpp", "on_inner_complete(", "available_.fetch_add", "sem_.release()")),
     ("completion", r"TwoObjectLimiter::on_wait_complete$", None,
@@ -71,7 +71,8 @@ RULES = [
     # B's delivery: the executor operation or function carrying the semaphore's delivery or the
     # execution's wait handler, the semaphore's own delivery code, the handler's invocation.
     ("scheduling", r"(executor_op|executor_function|executor_function::impl|work_dispatcher)::",
-     r"(::WaiterDelivery<.*|kevlar::WaitHandler|kevlar::detail::QueueWaitHandler)[,>]", None),
+     r"(::WaiterDelivery<.*|kevlar::bench::ControlWaitHandler|kevlar::detail::QueueWaitHandler)"
+     r"[,>]", None),
     ("scheduling", r"BasicUnpairedSemaphore::AcquireOp::(schedule|deliver|run_inline|"
      r"still_running_here|reschedule_job)", None, None),
     # The limiter's embedded queue wait: its completion is the hand-over decision (schedule's).
@@ -80,7 +81,8 @@ RULES = [
     ("scheduling", r"^kevlar::detail::WaiterDelivery::", None, None),
     ("scheduling", r"MutexDequeSemaphore::Node::complete$", None, None),
     ("scheduling", r"^boost::asio::experimental::detail::channel_send_op::do_action$", None, None),
-    ("scheduling", r"^kevlar::(detail::QueueWaitHandler|WaitHandler)::operator\(\)", None, None),
+    ("scheduling", r"^kevlar::(detail::QueueWaitHandler|bench::ControlWaitHandler)::operator\(\)",
+     None, None),
     # Asio's own completion hops of the operations A and B run (the promise, the answer) and
     # the coroutine machinery: the floor, also in no_limiter_control.
     ("floor", r"(executor_op|executor_function|executor_function::impl)::",
@@ -93,7 +95,8 @@ RULES = [
     # The step's operation that chooses the embedded wait or the general one, and the embedded
     # wait's start (built in the execution and parked).
     ("publication", r"(EmbeddedQueueWait::(start$|EmbeddedQueueWait$|CancelHandler)|"
-     r"QueueSemaphore::start$|SemaphoreAccess::park$|^kevlar::detail::plain_io_context$)",
+     r"QueueSemaphore::start$|ControlQueue::start$|SemaphoreAccess::park$|"
+     r"^kevlar::detail::plain_io_context$)",
      None, None),
     ("publication", r"MutexDequeSemaphore::(start$|async_acquire$|Node::Node$|Cancel::Cancel$)",
      None, None),

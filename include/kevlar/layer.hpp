@@ -1,5 +1,5 @@
 // kevlar — Layer: one strategy's handle on one execution (its clause, frame, context, outcome,
-// waits, cancellation, attempts and events), and the wait handlers that resume it.
+// waits, awaited coroutines, cancellation, attempts and events).
 #pragma once
 
 #include <kevlar/clause.hpp>
@@ -14,6 +14,8 @@
 #include <kevlar/step.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 
@@ -36,7 +38,8 @@ enum class DeadlineAction : unsigned char {
   /// Call Strategy::on_wait_complete with success: a hedge's stagger. Only for a strategy that is
   /// suspended (Step::suspend) on attempts it started with Layer::start_attempt, and that disarms
   /// the deadline before it returns anything else: the engine does not check, and resuming a
-  /// strategy whose pending step is an operation or a wait handler is undefined behaviour.
+  /// strategy whose pending step is an operation, a wait or an awaited coroutine is undefined
+  /// behaviour.
   resume,
 };
 
@@ -47,6 +50,17 @@ using DeadlineSlot = detail::DeadlineEntry;
 
 namespace detail {
 struct LayerAccess;
+
+/// Layer::await with a result: awaits `hook` and hands what it gives to `on_value`.
+template <class R, class OnValue>
+boost::asio::awaitable<void> with_value(boost::asio::awaitable<R> hook, OnValue on_value) {
+  if constexpr (std::is_void_v<R>) {
+    co_await std::move(hook);
+    on_value();
+  } else {
+    on_value(co_await std::move(hook));
+  }
+}
 }  // namespace detail
 
 /// One strategy's handle on one execution: its clause, its scratch frame, the context, the
@@ -122,6 +136,36 @@ class Layer {
   /// Step::wait_until(now + d): a wait of `d` from now on the shield's clock.
   [[nodiscard]] Step wait_for(Clock::duration d) const noexcept {
     return Step::wait_until(clock().now() + d);
+  }
+
+  /// Awaits `hook`, a coroutine (a user's asynchronous hook, or any asynchronous work written as
+  /// one), as this layer's next step: return the step this gives, from the callback that called
+  /// it (at most one per callback). The engine starts the coroutine once the callback has
+  /// returned, never inside it:
+  /// - an asynchronous execution spawns it on the execution's executor; the caller's cancellation
+  ///   (and a strategy outside this one cancelling this part of the pipeline, as a timeout's
+  ///   expiry does) reaches what it awaits, every cancellation type let through, and stops it at
+  ///   its next co_await even where what it awaits ignores cancellation. Its end resumes the
+  ///   execution through the execution's executor.
+  /// - a synchronous execution runs it to completion on a private io_context on the calling
+  ///   thread.
+  ///
+  /// When it ends, Strategy::on_wait_complete is called: with no error if it returned, or with
+  /// `errc::callback_exception` if it threw, its exception being the outcome then (a strategy
+  /// that passes a cancellation on tests `cancelled_from_outside()` there). Spawning allocates
+  /// (the coroutine's frames, Asio's spawn); a failure to spawn fails this layer with the
+  /// exception, as a callback's own would.
+  [[nodiscard]] Step await(boost::asio::awaitable<void> hook) const noexcept;
+
+  /// Awaits `hook` as above, and hands its result to `on_value` before on_wait_complete is
+  /// called (`on_value()` for a coroutine without a result). `on_value` runs where the coroutine
+  /// ends (an asynchronous execution: on the execution's executor, while this layer is suspended),
+  /// so it may write the strategy's frame and the outcome, and nothing shared without a lock. An
+  /// exception it throws counts as the coroutine's.
+  template <class R, class OnValue>
+  requires(std::is_void_v<R> ? std::is_invocable_v<OnValue&> : std::is_invocable_v<OnValue&, R>)
+  [[nodiscard]] Step await(boost::asio::awaitable<R> hook, OnValue on_value) const {
+    return await(detail::with_value(std::move(hook), std::move(on_value)));
   }
 
   /// True if the caller cancelled this execution, or a strategy outside this one cancelled the
@@ -241,27 +285,6 @@ class Layer {
   [[nodiscard]] boost::asio::any_io_executor executor() const noexcept {
     return call_->call_executor();
   }
-  /// Asynchronous executions: the slot through which the caller's cancellation reaches the
-  /// pending step. Bind it to the wait a strategy starts itself.
-  [[nodiscard]] boost::asio::cancellation_slot cancellation_slot() const noexcept {
-    return call_->step_slot();
-  }
-  /// Asynchronous executions: a completion handler with signature `void(error_code)` that
-  /// resumes this strategy (Strategy::on_wait_complete). It carries the execution's executor and
-  /// cancellation slot, owns the execution until invoked, and abandons it if destroyed
-  /// uninvoked. Start exactly one wait with it and return Step::suspend.
-  ///
-  /// Thread-safety: it never resumes the execution while the callback that created it is still
-  /// running. Invoked meanwhile (on another thread, or inside the initiating call), it leaves its
-  /// error_code in the execution, and the engine calls on_wait_complete with it on the callback's
-  /// thread once the callback has returned; destroyed uninvoked on another thread meanwhile, the
-  /// engine abandons the execution then. So the frame and the outcome stay the callback's until
-  /// it returns. A handler destroyed on the callback's own thread means its initiation threw: let
-  /// that exception leave the callback (it fails this position) rather than return suspend.
-  /// Not covered: attempts, the deadline service, and a wait started in a callback that also
-  /// started attempts; on a multi-threaded io_context, run executions that use them on a strand
-  /// (docs/strategy-interface.md).
-  [[nodiscard]] class WaitHandler wait_handler() const noexcept;
 
  private:
   friend struct detail::LayerAccess;
@@ -275,53 +298,6 @@ class Layer {
   std::size_t index_;
 };
 
-/// Resumes a suspended strategy; see Layer::wait_handler.
-class WaitHandler {
- public:
-  using executor_type = boost::asio::any_io_executor;
-  using cancellation_slot_type = boost::asio::cancellation_slot;
-  using allocator_type = detail::CachingAllocator<void>;
-
-  explicit WaitHandler(detail::CallBase* call) noexcept : call_(call) {}
-  WaitHandler(WaitHandler&& other) noexcept : call_(std::exchange(other.call_, nullptr)) {}
-  WaitHandler& operator=(WaitHandler&&) = delete;
-  ~WaitHandler() {
-    // A moved-from handler costs one test.
-    if (call_ != nullptr) [[unlikely]] {
-      drop();
-    }
-  }
-
-  void operator()(const boost::system::error_code& ec) {
-    detail::CallBase* call = std::exchange(call_, nullptr);
-    // Run before the callback that started the wait returned: the engine reports it then.
-    if (call->hand_over_wait(detail::WaitHandoff::completed, ec)) return;
-    call->wait_completed(ec);
-  }
-  [[nodiscard]] executor_type get_executor() const noexcept {
-    return call_ != nullptr ? call_->call_executor() : executor_type();
-  }
-  /// Answers on a moved-from handler too (an initiation that fails after moving it may ask).
-  [[nodiscard]] cancellation_slot_type get_cancellation_slot() const noexcept {
-    return call_ != nullptr ? call_->step_slot() : cancellation_slot_type();
-  }
-  /// Waits started with this handler allocate from kevlar's per-thread block cache.
-  [[nodiscard]] allocator_type get_allocator() const noexcept { return {}; }
-
- protected:
-  detail::CallBase* call_;
-
- private:
-  /// Destroyed uninvoked: by a failed initiation inside the callback (the engine fails the layer),
-  /// on another thread before the callback returned (the engine abandons once it has), or later
-  /// (its executor shut down with the wait pending: abandoned here).
-  [[gnu::noinline]] void drop() noexcept {
-    if (detail::tl_running_call != call_ && !call_->hand_over_wait(detail::WaitHandoff::dropped)) {
-      call_->abandon_execution();
-    }
-  }
-};
-
 namespace detail {
 
 /// True if the caller, a stop request or a deadline outside `layer` cancelled its execution: what
@@ -331,6 +307,17 @@ namespace detail {
   return layer.cancelled_from_outside() || layer.context().cancelled();
 }
 
+/// An awaited coroutine failed (on_wait_complete has `errc::callback_exception`) and its exception
+/// is the outcome. If the execution was cancelled meanwhile and that exception is a cancellation
+/// (the cancellation reached what the coroutine awaited), the outcome becomes
+/// `operation_aborted`, as any cancelled wait's does. Every built-in strategy with an awaited hook
+/// applies this one rule.
+inline void report_cancelled_hook(Layer& layer) noexcept {
+  if (cancelled_meanwhile(layer) && layer.outcome().is_cancellation()) {
+    layer.outcome().set_error(boost::asio::error::operation_aborted);
+  }
+}
+
 /// kevlar's own layer (the attempt observer) reaches the execution it runs in.
 struct LayerAccess {
   static CallBase* call(const Layer& layer) noexcept { return layer.call_; }
@@ -338,9 +325,5 @@ struct LayerAccess {
 
 }  // namespace detail
 
-inline WaitHandler Layer::wait_handler() const noexcept {
-  call_->arm_wait_handoff();
-  return WaitHandler(call_);
-}
 
 }  // namespace kevlar

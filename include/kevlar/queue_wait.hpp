@@ -89,7 +89,8 @@ class QueueSemaphore final : public BasicUnpairedSemaphore<L>, public detail::Qu
   }
 
   static constexpr detail::StepTargetOps ops{static_cast<unsigned char>(Step::Kind::queue),
-                                             &QueueSemaphore::start, &QueueSemaphore::block};
+                                             &QueueSemaphore::start, &QueueSemaphore::block,
+                                             nullptr};
 };
 
 }  // namespace kevlar

@@ -20,9 +20,9 @@ namespace detail {
 class CallBase;
 struct StepTarget;
 
-/// What the shells do with the object a step points at (Step::queue): its kind, and how each shell
-/// performs it once the strategy's callback has returned. Internal: the kinds of object a step can
-/// point at are kevlar's (kevlar::QueueSemaphore).
+/// What the shells do with the object a step points at (Step::queue, Layer::await): its kind, and
+/// how each shell performs it once the strategy's callback has returned. Internal: the kinds of
+/// object a step can point at are kevlar's (kevlar::QueueSemaphore, the awaited hook).
 struct StepTargetOps {
   /// The Step::Kind of a step pointing at such an object.
   unsigned char kind;
@@ -34,6 +34,9 @@ struct StepTargetOps {
   /// The synchronous shell: performs the wait on the calling thread, ended by the caller's stop
   /// and the context's deadline, and returns its result.
   boost::system::error_code (*block)(StepTarget& target, CallBase& call);
+  /// The machine refuses the step (a parked layer's attempts still run): releases what the step
+  /// holds in the execution. Null: it holds nothing there.
+  void (*discard)(StepTarget& target, CallBase& call) noexcept;
 };
 
 /// The start of every object a Step can point at: its operations. Pointer-aligned, so that the
@@ -62,10 +65,12 @@ struct QueueTarget : StepTarget {};
 /// return Step::complete;                                 // done: the outcome moves outwards
 /// return Step::wait_until(layer.clock().now() + 100ms);  // then on_wait_complete
 /// return Step::queue(semaphore_);                        // a permit, then on_wait_complete
+/// return layer.await(options_.on_event_async(event));     // a coroutine, then on_wait_complete
 /// ```
 ///
 /// One machine word, trivially copyable, so that it travels in a register: a tag in its low two
-/// bits, the argument above them (a wait's deadline; the address of what a queue step waits in).
+/// bits, the argument above them (a wait's deadline; the address of what a queue step waits in,
+/// or of what performs an await).
 class Step {
  public:
   /// The kinds of step, as Step::kind() reports them.
@@ -75,12 +80,13 @@ class Step {
                 ///< attempts it started that still run are cancelled and detached
     wait,       ///< wait until deadline(), then call Strategy::on_wait_complete (blocks the
                 ///< thread in a synchronous execution)
-    suspend,    ///< the strategy started its own asynchronous wait with Layer::wait_handler(),
-                ///< or attempts with Layer::start_attempt(): their completions call
-                ///< Strategy::on_wait_complete / on_attempt_complete (asynchronous executions
+    suspend,    ///< the strategy started attempts with Layer::start_attempt(): their
+                ///< completions call Strategy::on_attempt_complete (asynchronous executions
                 ///< only)
     queue,      ///< wait in the queue of a kevlar::QueueSemaphore for one permit, then call
                 ///< Strategy::on_wait_complete (blocks the thread in a synchronous execution)
+    await,      ///< await a coroutine (Layer::await), then call Strategy::on_wait_complete (runs
+                ///< it on the calling thread in a synchronous execution)
   };
 
   /// The steps without an argument, as constants: `return Step::run_inner;` converts one to a
@@ -96,7 +102,7 @@ class Step {
   static constexpr Plain run_inner = Plain::run_inner;
   /// Ends this position: the current outcome flows to the strategy outside it.
   static constexpr Plain complete = Plain::complete;
-  /// The strategy's own wait or attempts own the execution (see Kind::suspend).
+  /// The attempts the strategy started own the execution (see Kind::suspend).
   static constexpr Plain suspend = Plain::suspend;
 
   /// A step without an argument; implicit, so that `return Step::complete;` reads as it does.
@@ -160,7 +166,7 @@ class Step {
   friend struct detail::StepAccess;
   static_assert(sizeof(Clock::duration::rep) == sizeof(std::uint64_t));
   /// Two bits hold the tag: run_inner, complete, wait, and a fourth shared by suspend (no address
-  /// above it) and the steps that point at an object (queue). A wait's deadline keeps 61 bits and
+  /// above it) and the steps that point at an object (queue, await). A wait's deadline keeps 61 bits and
   /// a sign.
   static constexpr int kind_bits = 2;
   static constexpr std::uint64_t kind_mask = (std::uint64_t{1} << kind_bits) - 1;
@@ -191,14 +197,18 @@ class Step {
 namespace detail {
 
 struct StepAccess {
-  /// The step's tag as a kind: run_inner, complete, wait or suspend (a queue step reads as
-  /// suspend).
+  /// The step's tag as a kind: run_inner, complete, wait or suspend (a step that points at an
+  /// object reads as suspend).
   [[nodiscard]] static constexpr Step::Kind tag(Step step) noexcept {
     return static_cast<Step::Kind>(step.bits_ & Step::kind_mask);
   }
   /// The object a step of the suspend tag points at; nullptr for Step::suspend and other tags.
   [[nodiscard]] static StepTarget* target(Step step) noexcept {
     return (step.bits_ & Step::kind_mask) == Step::target_tag ? step.target() : nullptr;
+  }
+  /// A step that points at `target` (kevlar's own kinds of step object).
+  [[nodiscard]] static Step point_at(StepTarget& target) noexcept {
+    return Step(reinterpret_cast<std::uintptr_t>(&target) | Step::target_tag);
   }
 };
 

@@ -23,7 +23,8 @@ namespace kevlar {
 /// The engine calls, for each execution that reaches this strategy:
 /// 1. on_start once; then, each time the strategy returns
 /// 2. Step::run_inner -> on_inner_complete when the inner part finished,
-///    Step::wait_until / suspend -> on_wait_complete when the wait finished,
+///    Step::wait_until, Step::queue, Layer::await -> on_wait_complete when the wait, the queue
+///    or the coroutine finished,
 ///    Step::suspend after Layer::start_attempt -> on_attempt_complete as each attempt finishes,
 ///    Step::complete -> on_finish, and the outcome moves outwards;
 /// 3. on_finish exactly once, also when the execution is abandoned (its executor was destroyed

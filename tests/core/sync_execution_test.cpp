@@ -387,31 +387,6 @@ TEST(SyncExecution, SuspendIsRefusedInSynchronousExecutions) {
   EXPECT_THROW(shield.execute([] {}), std::logic_error);
 }
 
-TEST(SyncExecution, AWaitHandlerDroppedInASynchronousExecutionAbandonsNothing) {
-  // A wait handler that dies uninvoked abandons an asynchronous execution; a synchronous one has
-  // nothing pending, so the shell alone decides: the suspend is refused, and every layer that
-  // started finishes exactly once.
-  struct Dropper final : Strategy {
-    std::string describe() const override { return "Dropper"; }
-    Step on_start(Layer& layer) override {
-      { [[maybe_unused]] auto handler = layer.wait_handler(); }
-      return Step::suspend;
-    }
-    void on_finish(Layer&) noexcept override { ++finished; }
-    int finished = 0;
-  };
-  EventLog log;
-  auto dropper = std::make_shared<Dropper>();
-  const Shield shield = Shield{}.use(std::make_shared<Recorder>("outer", log)).use(dropper);
-  for (int n = 1; n <= 2; ++n) {
-    log.clear();
-    EXPECT_THROW(shield.execute([] {}), std::logic_error);
-    EXPECT_EQ(dropper->finished, n);
-    EXPECT_EQ(log.events(),
-              (std::vector<std::string>{"outer:start", "outer:inner", "outer:finish"}));
-  }
-}
-
 /// Hands the outcome its inner part produced to `probe`, then completes.
 class OutcomeProbe final : public Strategy {
  public:

@@ -92,14 +92,16 @@ kevlar::StrategyTraits racing_traits() noexcept {
   return t;
 }
 
-/// Misuse the engine refuses: run_inner, wait or queue while attempts run.
+/// Misuse the engine refuses: run_inner, wait, queue or await while attempts run.
 class Misuse final : public kevlar::Strategy {
  public:
   /// What it returns while its attempt runs.
-  enum class Then : unsigned char { run_inner, wait, queue };
+  enum class Then : unsigned char { run_inner, wait, queue, await };
   explicit Misuse(Then then) : then_(then) {}
   /// What Then::queue waits in: a permit free, which a step performed would take.
   QueueSemaphore<> queue{1U};
+  /// Set by what Then::await awaits, if it ever runs.
+  bool awaited_ran = false;
   std::string describe() const override { return "Misuse"; }
   kevlar::StrategyTraits traits() const noexcept override { return racing_traits(); }
   kevlar::Step on_start(kevlar::Layer& layer) override {
@@ -109,6 +111,11 @@ class Misuse final : public kevlar::Strategy {
         return layer.wait_for(std::chrono::seconds(1));
       case Then::queue:
         return Step::queue(queue);
+      case Then::await:
+        return layer.await([](bool* ran) -> boost::asio::awaitable<void> {
+          *ran = true;
+          co_return;
+        }(&awaited_ran));
       case Then::run_inner:
         break;
     }
@@ -139,6 +146,15 @@ TEST_F(UserAttempts, AQueueStepWhileAttemptsRunFailsThePositionAndTakesNoPermit)
   ASSERT_TRUE(ec.has_value());
   EXPECT_EQ(*ec, make_error_code(errc::callback_exception)) << "a std::logic_error outcome";
   EXPECT_EQ(misuse->queue.available(), 1U) << "the refused step waited in the queue";
+}
+
+TEST_F(UserAttempts, AnAwaitWhileAttemptsRunFailsThePositionAndNeverStartsTheCoroutine) {
+  auto misuse = std::make_shared<Misuse>(Misuse::Then::await);
+  start(Shield{}.use(misuse));
+  ASSERT_TRUE(ec.has_value());
+  EXPECT_EQ(*ec, make_error_code(errc::callback_exception)) << "a std::logic_error outcome";
+  EXPECT_FALSE(misuse->awaited_ran) << "the refused coroutine ran";
+  // The refused coroutine's frame was released (AddressSanitizer reports a leak otherwise).
 }
 
 /// Starts two attempts and cancels the first by its id at once: the second's outcome is the call's.

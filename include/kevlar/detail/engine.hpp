@@ -22,7 +22,6 @@
 #include <boost/assert.hpp>
 #include <boost/system/error_code.hpp>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -40,18 +39,6 @@ namespace detail {
 
 class CallBase;
 
-/// Where the wait a layer started with a handler of Layer::wait_handler() stands while the
-/// callback that started it has not returned to the engine. Until it returns the engine still
-/// reads the execution, so a handler that runs meanwhile (on another thread of a multi-threaded
-/// executor, or inside the initiating call) must not resume it: it leaves its result here, and
-/// the engine reports it once the callback has returned.
-enum class WaitHandoff : unsigned char {
-  idle,       ///< no such callback is running: a handler resumes the execution itself
-  armed,      ///< a callback created a wait handler and has not returned yet
-  completed,  ///< its handler ran meanwhile: the engine reports AsyncSteps::handoff_error()
-  dropped,    ///< its handler was destroyed uninvoked meanwhile: the engine abandons
-};
-
 /// What only an asynchronous execution needs to run its pending steps: the signal forwarding
 /// cancellation to the pending step, the inline slot of kevlar's own queue waits (Step::queue),
 /// the timer of Step::wait_until, and the attempts a layer runs at once. It lives in the
@@ -61,25 +48,6 @@ struct AsyncSteps {
   InlineCancellation inline_cancellation;
   std::unique_ptr<ClockTimer> timer;
   Attempts attempts;
-  /// The wait handler's side of the handoff (WaitHandoff); the engine's thread arms it, the
-  /// handler's moves it on, the engine settles it once the callback has returned.
-  std::atomic<WaitHandoff> handoff{WaitHandoff::idle};
-
-  /// The result a handler left (WaitHandoff::completed): written before the handoff's release,
-  /// read after the engine's acquire. Raw storage: most executions never write it, and an
-  /// error_code member would cost every execution its initialisation.
-  void set_handoff_error(const boost::system::error_code& ec) noexcept {
-    ::new (static_cast<void*>(handoff_error_)) boost::system::error_code(ec);
-  }
-  [[nodiscard]] boost::system::error_code handoff_error() const noexcept {
-    return *std::launder(reinterpret_cast<const boost::system::error_code*>(handoff_error_));
-  }
-
- private:
-  static_assert(std::is_trivially_destructible_v<boost::system::error_code> &&
-                std::is_trivially_copyable_v<boost::system::error_code>);
-  alignas(
-      boost::system::error_code) unsigned char handoff_error_[sizeof(boost::system::error_code)];
 };
 
 /// What the engine's machine (CallBase::advance) asks its shell to do next. The synchronous shell
@@ -88,8 +56,9 @@ struct AsyncSteps {
 enum class EngineAction : unsigned char {
   start_operation,  ///< run the user's operation once (Context::attempt() is counted already)
   wait,     ///< wait until the wait deadline for the layer at the current depth (Step::wait_until)
-  pending,  ///< a strategy's own wait or the attempts of a parked layer own the execution
-  start_step,  ///< start the wait the layer's step points at (Step::queue: pending_target())
+  pending,  ///< the attempts of a parked layer own the execution
+  start_step,  ///< start what the layer's step points at (Step::queue, Layer::await:
+               ///< pending_target())
   deliver,  ///< the execution completed: its outcome is the caller's
   abandon,  ///< an attempt of the parked layer was abandoned: the execution never completes
 };
@@ -183,7 +152,7 @@ class CallBase : private ClockWaiter {
   void run(Step step);
   /// The user's operation completed; its result is in outcome_.
   void operation_completed();
-  /// A wait started by a strategy (Step::wait_until, Step::queue or Layer::wait_handler) completed.
+  /// A wait started for a strategy (Step::wait_until, Step::queue, Layer::await) completed.
   void wait_completed(const boost::system::error_code& ec);
   /// The execution will never complete: tell every active layer and destroy it.
   void abandon_execution() noexcept;
@@ -292,25 +261,14 @@ class CallBase : private ClockWaiter {
                ? frames_ + pipeline_->frame_bytes
                : nullptr;
   }
-  /// Layer::wait_handler(): a callback of this execution creates a wait handler (see
-  /// WaitHandoff).
-  void arm_wait_handoff() noexcept {
-    if (async_ != nullptr) async_->handoff.store(WaitHandoff::armed, std::memory_order_relaxed);
-  }
-  /// A wait handler ran (`to` is WaitHandoff::completed, with `ec`) or was destroyed uninvoked
-  /// (WaitHandoff::dropped): true if the callback that created it has not returned yet, so the
-  /// engine takes it from here and the handler must not touch the execution again; false if the
-  /// handler resumes (or abandons) the execution itself.
-  bool hand_over_wait(WaitHandoff to, const boost::system::error_code& ec = {}) noexcept {
-    if (async_ == nullptr) return false;
-    WaitHandoff state = async_->handoff.load(std::memory_order_acquire);
-    if (state != WaitHandoff::armed) return false;
-    // Only the engine reads it, and only after it saw `to` below: if the exchange fails, the
-    // engine has already settled the handoff and never reads this write.
-    async_->set_handoff_error(ec);
-    return async_->handoff.compare_exchange_strong(state, to, std::memory_order_release,
-                                                   std::memory_order_acquire);
-  }
+  /// The room for the coroutine of a pending Layer::await (a boost::asio::awaitable<void>, one
+  /// pointer): written by Layer::await, emptied by the shell that starts it (or by the machine
+  /// when it refuses the step).
+  [[nodiscard]] void* hook_room() noexcept { return hook_room_; }
+  /// The step of the coroutine in hook_room(), from Layer::await until the shell (or the machine
+  /// refusing it) takes it out, when it becomes Step::suspend: a callback that throws after
+  /// Layer::await (fail_layer), or calls it twice, leaves nothing behind.
+  [[nodiscard]] Step& hook_step() noexcept { return pending_step_; }
 
  protected:
   ~CallBase() = default;
@@ -436,7 +394,7 @@ class CallBase : private ClockWaiter {
   }
   void complete(const boost::system::error_code& ec) override { wait_completed(ec); }
   void abandon() noexcept override {
-    // With this execution's engine on the stack, the only wait handler that can die uninvoked is
+    // With this execution's engine on the stack, the only timer handler that can die uninvoked is
     // the one whose initiation is throwing: start_wait() keeps the execution and fails the wait.
     if (tl_running_call != this) abandon_execution();
   }
@@ -448,9 +406,8 @@ class CallBase : private ClockWaiter {
   // Fields without an initializer belong to the asynchronous machine (advance(), the
   // asynchronous shell, attempts). A synchronous execution leaves them unset and never reads them:
   // the synchronous shell and the dispatchers do not touch them, and every other member function
-  // a synchronous execution can reach (through Layer, or a wait handler dropped in a synchronous
-  // execution: abandon_execution) tests async_ first. past_deadline() and attempt_node() are for
-  // asynchronous executions only.
+  // a synchronous execution can reach (through Layer, or abandon_execution) tests async_ first.
+  // past_deadline() and attempt_node() are for asynchronous executions only.
   std::size_t depth_;  ///< asynchronous: the layer whose step is pending
   std::size_t cancel_origin_ =
       no_layer;  ///< 0: the caller; i + 1: layer i cancelled its inner part
@@ -473,6 +430,9 @@ class CallBase : private ClockWaiter {
   /// only after it (a pipeline that observes executions). A duration, whose default
   /// initialisation stores nothing, where a time_point's would store zero on every call.
   Clock::duration started_;
+  /// See hook_room(). Raw storage: only an execution that awaits a coroutine constructs it, and
+  /// the shell moves it out when it starts the step, so no execution pays to destroy it.
+  alignas(void*) unsigned char hook_room_[sizeof(void*)];
 };
 
 }  // namespace detail

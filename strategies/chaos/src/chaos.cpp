@@ -333,23 +333,14 @@ Step ChaosBehaviorStrategy::start(Layer& layer, Frame& f) {
     options_.behavior(layer.context());
     return Step::run_inner;
   }
-  if (detail::await_hook(layer, options_.behavior_async(layer.context()), f.hook)) {
-    return Step::suspend;
-  }
-  return after_behavior(layer, f);
+  (void)f;
+  return layer.await(options_.behavior_async(layer.context()));
 }
 
 Step ChaosBehaviorStrategy::wait_complete(Layer& layer, Frame& f,
                                           const boost::system::error_code& ec) {
-  if (ec) {  // the wait itself failed (it does not, short of abandonment): pass it on
-    layer.outcome().set_error(ec);
-    return Step::complete;
-  }
-  return after_behavior(layer, f);
-}
-
-Step ChaosBehaviorStrategy::after_behavior(Layer& layer, Frame& f) {
-  if (f.hook.failed) {  // the behaviour's exception is the outcome
+  (void)f;
+  if (ec) {  // the behaviour threw: its exception is the outcome
     detail::report_cancelled_hook(layer);
     return Step::complete;
   }

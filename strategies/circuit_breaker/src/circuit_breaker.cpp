@@ -219,17 +219,14 @@ Step CircuitBreaker::size_break(Layer& layer, Frame& f, Clock::time_point now,
   Frame* frame = &f;
   // The coroutine is created here but the generator is called only inside it: a generator that
   // throws at once ends like one that throws later.
-  if (detail::await_hook(layer, sized_by(&core_.options(), opening.event, layer.outcome()), f.hook,
-                         [frame](Clock::duration d) { frame->break_length = d; })) {
-    return Step::suspend;
-  }
-  return break_sized(layer, f);
+  return layer.await(sized_by(&core_.options(), opening.event, layer.outcome()),
+                     [frame](Clock::duration d) { frame->break_length = d; });
 }
 
-Step CircuitBreaker::break_sized(Layer& layer, Frame& f) {
+Step CircuitBreaker::break_sized(Layer& layer, Frame& f, bool failed) {
   f.pending = Frame::Pending::nothing;
   const CircuitBreakerCore::Opening opening = opening_of(f);
-  if (f.hook.failed) {  // the generator's exception is the outcome
+  if (failed) {  // the generator's exception is the outcome
     core_.cancel_opening(opening);
     detail::report_cancelled_hook(layer);
     return Step::complete;
@@ -266,12 +263,10 @@ Step CircuitBreaker::after_transitions(Layer& layer, Frame& f, bool claimed, Ste
 Step CircuitBreaker::pump_lane(Layer& layer, Frame& f) {
   CircuitStateChange change;
   std::vector<std::exception_ptr> failures;
-  while (core_.next_lane_change(change, failures)) {
-    // A hook's own exception is caught by lane_hook; f.hook.failed reports only a failure to
-    // resume (the outcome then holds it).
-    if (detail::await_hook(layer, lane_hook(&core_, std::move(change)), f.hook)) {
-      return Step::suspend;
-    }
+  // One hook per step; wait_complete comes back here for the next. A hook's own exception is
+  // caught by lane_hook and gathered by the core.
+  if (core_.next_lane_change(change, failures)) {
+    return layer.await(lane_hook(&core_, std::move(change)));
   }
   return lane_done(layer, f, std::move(failures));
 }
@@ -301,19 +296,15 @@ Step CircuitBreaker::lane_done(Layer& layer, Frame& f, std::vector<std::exceptio
 
 Step CircuitBreaker::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
   if (f.pending == Frame::Pending::lane) {
-    if (ec) {  // not expected from an awaited hook: count it as the hook's failure
-      core_.lane_hook_failed(
-          std::make_exception_ptr(boost::system::system_error(ec, "on_state_changed_async")));
+    if (ec) {  // lane_hook lets no hook's exception out: the coroutine itself failed
+      core_.lane_hook_failed(layer.outcome().has_exception()
+                                 ? layer.outcome().exception()
+                                 : std::make_exception_ptr(boost::system::system_error(
+                                       ec, "on_state_changed_async")));
     }
     return pump_lane(layer, f);
   }
-  if (ec) {  // not expected from an awaited hook; end as a failed one would
-    core_.cancel_opening(opening_of(f));
-    f.pending = Frame::Pending::nothing;
-    layer.outcome().set_error(ec);
-    return Step::complete;
-  }
-  return break_sized(layer, f);
+  return break_sized(layer, f, static_cast<bool>(ec));  // ec: the generator threw
 }
 
 void CircuitBreaker::settle(Frame& f) noexcept {

@@ -81,18 +81,13 @@ Step RetryStrategy::retry(Layer& layer, Frame& f) {
   if (options_.delay_generator_async) {
     f.stage = Frame::Stage::delay_generator;
     Frame* frame = &f;
-    if (detail::await_hook(
-            layer,
-            options_.delay_generator_async(RetryEvent{attempt, delay, layer.outcome(),
-                                                      layer.context()}),
-            f.hook, [this, frame](std::optional<Clock::duration> generated) {
-              if (generated && *generated >= Clock::duration::zero()) {
-                frame->delay = cap(*generated);
-              }
-            })) {
-      return Step::suspend;
-    }
-    if (hook_failed(layer, f)) return Step::complete;
+    return layer.await(options_.delay_generator_async(
+                           RetryEvent{attempt, delay, layer.outcome(), layer.context()}),
+                       [this, frame](std::optional<Clock::duration> generated) {
+                         if (generated && *generated >= Clock::duration::zero()) {
+                           frame->delay = cap(*generated);
+                         }
+                       });
   }
   return after_delay_generators(layer, f);
 }
@@ -107,13 +102,8 @@ Step RetryStrategy::after_delay_generators(Layer& layer, Frame& f) {
   }
   if (options_.on_retry_async) {
     f.stage = Frame::Stage::on_retry;
-    if (detail::await_hook(layer,
-                           options_.on_retry_async(
-                               RetryEvent{attempt, f.delay, layer.outcome(), layer.context()}),
-                           f.hook)) {
-      return Step::suspend;
-    }
-    if (hook_failed(layer, f)) return Step::complete;
+    return layer.await(
+        options_.on_retry_async(RetryEvent{attempt, f.delay, layer.outcome(), layer.context()}));
   }
   return after_retry_hooks(layer, f);
 }
@@ -128,15 +118,12 @@ Step RetryStrategy::after_retry_hooks(Layer& layer, Frame& f) {
   return Step::run_inner;
 }
 
-bool RetryStrategy::hook_failed(Layer& layer, const Frame& f) {
-  if (!f.hook.failed) return false;
-  detail::report_cancelled_hook(layer);  // the hook's exception is the outcome
-  return true;
-}
-
 Step RetryStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
-  if (!ec && f.stage != Frame::Stage::backoff) {  // an awaited hook ended
-    if (hook_failed(layer, f)) return Step::complete;
+  if (f.stage != Frame::Stage::backoff) {  // an awaited hook ended
+    if (ec) {
+      detail::report_cancelled_hook(layer);  // the hook's exception is the outcome
+      return Step::complete;
+    }
     return f.stage == Frame::Stage::delay_generator ? after_delay_generators(layer, f)
                                                     : after_retry_hooks(layer, f);
   }

@@ -136,27 +136,17 @@ Step TimeoutStrategy::inner_complete(Layer& layer, Frame& f) {
   outcome.set_error(make_error_code(errc::timeout));
   layer.emit(TimeoutFired{budget});
   if (options_.on_timeout) options_.on_timeout(TimeoutEvent{budget, layer.context()});
-  if (options_.on_timeout_async &&
-      detail::await_hook(layer, options_.on_timeout_async(TimeoutEvent{budget, layer.context()}),
-                         f.hook)) {
-    return Step::suspend;
+  if (options_.on_timeout_async) {
+    return layer.await(options_.on_timeout_async(TimeoutEvent{budget, layer.context()}));
   }
-  return after_hook(layer, f);
+  return Step::complete;
 }
 
 Step TimeoutStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
-  if (ec) {
-    layer.outcome().set_error(ec);
-    return Step::complete;
-  }
-  return after_hook(layer, f);
-}
-
-Step TimeoutStrategy::after_hook(Layer& layer, Frame& f) {
-  // Reached only after judging a timeout; `hook` is written only by await_hook. The hook's
-  // exception is the outcome, except that the caller's cancellation wins, as a cancellation.
-  if (options_.on_timeout_async && f.hook.failed && layer.cancelled_from_outside() &&
-      layer.outcome().is_cancellation()) {
+  (void)f;
+  // Only on_timeout_async's end comes here. Its exception (ec) is the outcome, except that the
+  // caller's cancellation wins, as a cancellation.
+  if (ec && layer.cancelled_from_outside() && layer.outcome().is_cancellation()) {
     layer.outcome().set_error(boost::asio::error::operation_aborted);
   }
   return Step::complete;

@@ -4,7 +4,6 @@
 
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
-#include <kevlar/detail/await_hook.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/basic_shield.hpp>
@@ -366,10 +365,9 @@ struct ChaosBehaviorOptions {
 };
 
 namespace detail {
-/// ChaosBehaviorStrategy's per-execution state.
-struct ChaosBehaviorFrame {
-  HookEnd hook;  ///< how the asynchronous behaviour ended
-};
+/// ChaosBehaviorStrategy's per-execution state: none (the asynchronous behaviour's end reaches
+/// wait_complete with its result).
+struct ChaosBehaviorFrame {};
 }  // namespace detail
 
 /// Injects behaviour: an injected execution runs a user callback, then the inner part. An
@@ -406,9 +404,6 @@ class ChaosBehaviorStrategy final
   [[nodiscard]] const ChaosBehaviorOptions& options() const noexcept { return options_; }
 
  private:
-  /// After the asynchronous behaviour ended: its failure, a cancellation, or the inner part.
-  static Step after_behavior(Layer& layer, Frame& f);
-
   ChaosBehaviorOptions options_;
   detail::ChaosCore core_;
 };

@@ -5,7 +5,6 @@
 #include <kevlar/circuit_state.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
-#include <kevlar/detail/await_hook.hpp>
 #include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 
@@ -41,7 +40,6 @@ struct BreakerFrame {
   std::uint64_t opening_token;   ///< the reservation (CircuitBreakerCore::Opening::token)
   CircuitState opening_from;     ///< the state the circuit opens from
   Clock::duration break_length;  ///< the generator's result
-  HookEnd hook;                  ///< how the generator or a state-change hook ended
   bool run_after_lane;           ///< once the lane is empty: run_inner (true) or complete
 };
 
@@ -145,8 +143,9 @@ class CircuitBreaker final : public BasicStrategy<CircuitBreaker, detail::Breake
   /// generator.
   Step size_break(Layer& layer, Frame& f, Clock::time_point now,
                   const CircuitBreakerCore::Failure& details, bool failed, bool slow);
-  /// The generator ended (f.hook): opens the circuit with its duration, or cancels the opening.
-  Step break_sized(Layer& layer, Frame& f);
+  /// The generator ended: opens the circuit with its duration, or cancels the opening if it
+  /// `failed` (threw: its exception is the outcome).
+  Step break_sized(Layer& layer, Frame& f, bool failed);
   /// The reservation the frame holds.
   [[nodiscard]] static CircuitBreakerCore::Opening opening_of(const Frame& f) noexcept;
   /// A successful probe (may close the circuit).

@@ -3,7 +3,6 @@
 
 #include <kevlar/clause.hpp>
 #include <kevlar/context.hpp>
-#include <kevlar/detail/await_hook.hpp>
 #include <kevlar/detail/observer_layer.hpp>
 #include <kevlar/error.hpp>
 #include <kevlar/outcome.hpp>
@@ -178,22 +177,23 @@ class FallbackStrategy final : public Strategy {
   /// `Fallback`.
   [[nodiscard]] std::string describe() const override { return "Fallback"; }
   /// Fallback role (chain validation refuses it inside a reactive strategy with the same
-  /// clause), stateless; with asynchronous hooks, a frame recording how they ended and the
-  /// call's executor (they are spawned there).
+  /// clause), stateless, without a frame.
   [[nodiscard]] StrategyTraits traits() const noexcept override {
     StrategyTraits t;
     t.role = StrategyRole::fallback;
     t.clause = own_clause_;
-    if (asynchronous()) t.frame_size = sizeof(detail::HookEnd);
     return t;
   }
-  /// The asynchronous hooks ended: their failure, or the replacement they produced.
+  /// The awaited part (on_fallback_async, the recovery) ended: its failure (`ec`: its exception
+  /// is the outcome; the caller's cancellation is reported as one), or success (a value was set
+  /// as it arrived).
   Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) override {
     if (ec) {
-      layer.outcome().set_error(ec);
+      detail::report_cancelled_hook(layer);
       return Step::complete;
     }
-    return after_async(layer);
+    if constexpr (std::is_void_v<T>) layer.outcome().set_success();
+    return Step::complete;
   }
   /// Runs the inner part.
   Step on_start(Layer&) override { return Step::run_inner; }
@@ -252,10 +252,7 @@ class FallbackStrategy final : public Strategy {
   Step replace_async(Layer& layer, OutcomeRef out) {
     Outcome<T> handled = detail::outcome_of<T>(out);
     if (options_.on_fallback) options_.on_fallback(FallbackEvent<T>{handled, layer.context()});
-    auto* end = ::new (layer.frame()) detail::HookEnd{false};
-    const bool suspended =
-        detail::await_hook(layer, recover(options_, std::move(handled), layer.context(), out), *end);
-    return suspended ? Step::suspend : after_async(layer);
+    return layer.await(recover(options_, std::move(handled), layer.context(), out));
   }
 
   /// The awaited part; it writes the replacement itself (an awaitable<void>: co_spawn would need a
@@ -277,18 +274,6 @@ class FallbackStrategy final : public Strategy {
     } else {
       out.set_value(*o.value);
     }
-  }
-
-  /// The awaited part ended: a failure (the caller's cancellation is reported as one), or success.
-  Step after_async(Layer& layer) {
-    const detail::HookEnd& end = layer.frame_as<detail::HookEnd>();
-    OutcomeRef out = layer.outcome();
-    if (end.failed) {
-      detail::report_cancelled_hook(layer);
-      return Step::complete;
-    }
-    if constexpr (std::is_void_v<T>) out.set_success();  // a value was set as it arrived
-    return Step::complete;
   }
 
   FallbackOptions<T> options_;

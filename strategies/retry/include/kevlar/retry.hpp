@@ -4,7 +4,6 @@
 #include <kevlar/backoff.hpp>
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
-#include <kevlar/detail/await_hook.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/observer.hpp>
@@ -95,7 +94,7 @@ struct RetryOptions {
 namespace detail {
 /// A retry's per-execution state.
 struct RetryFrame {
-  /// What the retry waits for when it returns Step::wait_until or Step::suspend.
+  /// What the retry waits for when it returns Step::wait_until or awaits a hook.
   enum class Stage : unsigned char { backoff, delay_generator, on_retry };
   /// Only `used` is set: the rest is written before it is first read (the happy path, which
   /// never retries, stores one int).
@@ -104,7 +103,6 @@ struct RetryFrame {
   Clock::duration previous;  ///< the backoff's delay for the last retry (decorrelated jitter)
   Clock::duration delay;     ///< the retry being decided: its delay so far
   Stage stage;               ///< the pending wait
-  HookEnd hook;              ///< how an awaited hook ended
 };
 }  // namespace detail
 
@@ -168,7 +166,6 @@ class RetryStrategy final : public BasicStrategy<RetryStrategy, detail::RetryFra
   Step after_delay_generators(Layer& layer, Frame& f);
   Step after_retry_hooks(Layer& layer, Frame& f);
   /// An awaited hook ended: its failure (or the caller's cancellation) ends the execution.
-  [[nodiscard]] static bool hook_failed(Layer& layer, const Frame& f);
 
   RetryOptions options_;
   std::shared_ptr<const Clause> own_clause_;  ///< options_.handles, shared with the pipeline

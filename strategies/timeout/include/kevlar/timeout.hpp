@@ -3,7 +3,6 @@
 
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
-#include <kevlar/detail/await_hook.hpp>
 #include <kevlar/detail/deadline_queue.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/basic_shield.hpp>
@@ -77,7 +76,6 @@ struct TimeoutFrame {
   Clock::duration budget;       ///< the timeout this execution was given
   bool armed = false;           ///< `entry` is armed in the deadline queue
   bool deadline_set = false;    ///< the context's deadline is this timeout's until disarmed
-  HookEnd hook;                 ///< how on_timeout_async ended (written before it is read)
 
   /// This timeout's deadline.
   [[nodiscard]] Clock::time_point deadline() const noexcept {
@@ -156,8 +154,6 @@ class TimeoutStrategy final : public BasicStrategy<TimeoutStrategy, detail::Time
   Step inner_complete_async(Layer& layer, Frame& f);
   /// The inner part failed: decides whether the failure is this timeout's expiry.
   Step judge_failure(Layer& layer, Frame& f, Clock::time_point previous);
-  /// After on_timeout_async (or at once without it).
-  Step after_hook(Layer& layer, Frame& f);
 
   TimeoutOptions options_;
 };
