@@ -91,7 +91,8 @@ namespace kevlar {
 /// ```
 /// The calls are static (no virtual call beyond the engine's own). `Frame` must be
 /// default-constructible, nothrow-destructible and not over-aligned; where the strategy's
-/// callbacks are defined, it must be a complete type.
+/// callbacks are defined, it must be a complete type. An empty, trivial `Frame` (a stateless
+/// strategy's) takes no storage in the execution: every callback receives one shared instance.
 template <class Derived, class FrameT>
 class BasicStrategy : public Strategy {
   static_assert(std::is_default_constructible_v<FrameT> && std::is_nothrow_destructible_v<FrameT>,
@@ -104,7 +105,7 @@ class BasicStrategy : public Strategy {
 
   [[nodiscard]] StrategyTraits traits() const noexcept final {
     StrategyTraits t = derived().strategy_traits();
-    t.frame_size = sizeof(Frame);
+    t.frame_size = stateless ? 0 : sizeof(Frame);
     // The engine skips a callback Derived leaves to the default (and that has no frame to end).
     // Set outright: on_inner_complete and on_finish are this class's, final, whatever Derived's
     // strategy_traits() said.
@@ -113,22 +114,26 @@ class BasicStrategy : public Strategy {
     return t;
   }
   Step on_start(Layer& layer) final {
-    Frame& f = *::new (layer.frame()) Frame();
-    return derived().start(layer, f);
+    if constexpr (stateless) {
+      return derived().start(layer, frame_of(layer));
+    } else {
+      Frame& f = *::new (layer.frame()) Frame();
+      return derived().start(layer, f);
+    }
   }
   Step on_inner_complete(Layer& layer) final {
-    return derived().inner_complete(layer, layer.frame_as<Frame>());
+    return derived().inner_complete(layer, frame_of(layer));
   }
   Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) final {
-    return derived().wait_complete(layer, layer.frame_as<Frame>(), ec);
+    return derived().wait_complete(layer, frame_of(layer), ec);
   }
   Step on_attempt_complete(Layer& layer, std::uint32_t attempt) final {
-    return derived().attempt_complete(layer, layer.frame_as<Frame>(), attempt);
+    return derived().attempt_complete(layer, frame_of(layer), attempt);
   }
   void on_finish(Layer& layer) noexcept final {
-    Frame& f = layer.frame_as<Frame>();
+    Frame& f = frame_of(layer);
     derived().finish(layer, f);
-    f.~Frame();
+    if constexpr (!stateless) f.~Frame();
   }
 
   // The defaults, hidden by Derived's own.
@@ -142,6 +147,21 @@ class BasicStrategy : public Strategy {
   BasicStrategy() = default;
 
  private:
+  /// An empty, trivial frame: no storage in the execution, one shared instance (it has no bytes
+  /// for concurrent executions to share).
+  static constexpr bool stateless = std::is_empty_v<FrameT> &&
+                                    std::is_trivially_default_constructible_v<FrameT> &&
+                                    std::is_trivially_destructible_v<FrameT>;
+  static inline FrameT shared_frame_{};
+  static Frame& frame_of(Layer& layer) noexcept {
+    if constexpr (stateless) {
+      (void)layer;
+      return shared_frame_;
+    } else {
+      return layer.frame_as<Frame>();
+    }
+  }
+
   /// Derived declares no `inner_complete`, `finish` of its own: naming one through Derived
   /// finds this class's default.
   static constexpr bool keeps_default_inner_complete() noexcept {

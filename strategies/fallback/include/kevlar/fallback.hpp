@@ -135,6 +135,8 @@ Outcome<T> outcome_of(const OutcomeRef& o) {
   }
 }
 
+/// FallbackStrategy's per-execution state: none (an awaited recovery writes the outcome itself).
+struct FallbackFrame {};
 
 }  // namespace detail
 
@@ -151,7 +153,9 @@ Outcome<T> outcome_of(const OutcomeRef& o) {
 /// Completion: through the pipeline; adds no hop. The path where nothing is replaced allocates
 /// nothing. Thread-safety: stateless; one instance serves any number of concurrent executions.
 template <class T>
-class FallbackStrategy final : public Strategy {
+class FallbackStrategy final : public BasicStrategy<FallbackStrategy<T>, detail::FallbackFrame> {
+  using Frame = detail::FallbackFrame;
+
   static_assert(std::is_void_v<T> ||
                     (std::is_same_v<T, std::remove_cvref_t<T>> && std::is_copy_constructible_v<T>),
                 "kevlar::FallbackStrategy<T>: T must be void or a copyable, non-reference, "
@@ -177,30 +181,30 @@ class FallbackStrategy final : public Strategy {
   /// `Fallback`.
   [[nodiscard]] std::string describe() const override { return "Fallback"; }
   /// Fallback role (chain validation refuses it inside a reactive strategy with the same
-  /// clause), stateless, without a frame.
-  [[nodiscard]] StrategyTraits traits() const noexcept override {
+  /// clause), stateless: its frame is empty and takes no storage.
+  [[nodiscard]] StrategyTraits strategy_traits() const noexcept {
     StrategyTraits t;
     t.role = StrategyRole::fallback;
     t.clause = own_clause_;
     return t;
   }
+  /// Runs the inner part.
+  Step start(Layer&, Frame&) { return Step::run_inner; }
+  /// Replaces a handled outcome (see the class comment); always completes.
+  Step inner_complete(Layer& layer, Frame&) {
+    if (!layer.handled()) return Step::complete;  // the hot path: nothing to replace
+    return replace(layer);
+  }
   /// The awaited part (on_fallback_async, the recovery) ended: its failure (`ec`: its exception
   /// is the outcome; the caller's cancellation is reported as one), or success (a value was set
   /// as it arrived).
-  Step on_wait_complete(Layer& layer, const boost::system::error_code& ec) override {
+  Step wait_complete(Layer& layer, Frame&, const boost::system::error_code& ec) {
     if (ec) {
       detail::report_cancelled_hook(layer);
       return Step::complete;
     }
     if constexpr (std::is_void_v<T>) layer.outcome().set_success();
     return Step::complete;
-  }
-  /// Runs the inner part.
-  Step on_start(Layer&) override { return Step::run_inner; }
-  /// Replaces a handled outcome (see the class comment); always completes.
-  Step on_inner_complete(Layer& layer) override {
-    if (!layer.handled()) return Step::complete;  // the hot path: nothing to replace
-    return replace(layer);
   }
 
  private:
