@@ -11,6 +11,7 @@
 #include <kevlar/queue_wait.hpp>
 
 #include <gtest/gtest.h>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
@@ -70,6 +71,8 @@ class Scripted final : public Strategy {
     return wait ? wait(layer, ec) : Step::complete;
   }
   void on_finish(Layer&) noexcept override { log_->add(id_ + ":finish"); }
+  /// Adds `what` to the trace as this layer's (what a script's coroutine did).
+  void note(const std::string& what) const { log_->add(id_ + ":" + what); }
 
   std::function<Step(Layer&)> start;
   std::function<Step(Layer&)> inner;
@@ -370,7 +373,7 @@ class ThreeRunners : public Machine {
           break;
         }
         case EngineAction::start_step: {
-          // A queue step: the test performs it as the synchronous shell does.
+          // A queue or await step: the test performs it as the synchronous shell does.
           detail::StepTarget& target = call.pending_target();
           action = call.wait_done(target.step_ops->block(target, call));
           break;
@@ -540,6 +543,51 @@ TEST_F(ThreeRunners, ARepeaterAroundAQueue) {
        "outer:inner", "wait 10ms", "outer:wait ok", "inner:start", "inner:wait ok", "op",
        "inner:inner", "inner:finish", "outer:inner", "outer:finish", "deliver ok"});
   EXPECT_EQ(queue->available(), 1U);
+}
+
+/// A layer that awaits a coroutine before its inner part: the coroutine notes that it ran and
+/// gives 5 (to on_value, which notes it), or throws if `fail`; the inner part runs once it ended
+/// normally.
+void await_before_inner(Scripted& layer, bool fail) {
+  layer.start = [&layer, fail](Layer& l) {
+    return l.await(
+        [](const Scripted* s, bool fail) -> boost::asio::awaitable<int> {
+          s->note("hook");
+          if (fail) throw std::runtime_error("the hook failed");
+          co_return 5;
+        }(&layer, fail),
+        [&layer](int v) { layer.note("value " + std::to_string(v)); });
+  };
+  layer.wait = again_unless_aborted;
+}
+
+TEST_F(ThreeRunners, AnAwaitBeforeTheInnerPart) {
+  expect_trace([](Scripted&, Scripted& inner) { await_before_inner(inner, false); }, 0,
+               {"outer:start", "inner:start", "inner:hook", "inner:value 5", "inner:wait ok", "op",
+                "inner:inner", "inner:finish", "outer:inner", "outer:finish", "deliver ok"});
+}
+
+TEST_F(ThreeRunners, AFailedAwaitRunsNoOperation) {
+  expect_trace([](Scripted&, Scripted& inner) { await_before_inner(inner, true); }, 0,
+               {"outer:start", "inner:start", "inner:hook", "inner:wait aborted", "inner:finish",
+                "outer:inner", "outer:finish", "deliver failed"});
+}
+
+TEST_F(ThreeRunners, ARepeaterAroundAnAwait) {
+  expect_trace(
+      [](Scripted& outer, Scripted& inner) {
+        outer.inner = [](Layer& l) {
+          return l.outcome().has_value() ? Step(Step::complete)
+                                         : l.wait_for(std::chrono::milliseconds(10));
+        };
+        outer.wait = again_unless_aborted;
+        await_before_inner(inner, false);
+      },
+      1,
+      {"outer:start", "inner:start", "inner:hook", "inner:value 5", "inner:wait ok", "op",
+       "inner:inner", "inner:finish", "outer:inner", "wait 10ms", "outer:wait ok", "inner:start",
+       "inner:hook", "inner:value 5", "inner:wait ok", "op", "inner:inner", "inner:finish",
+       "outer:inner", "outer:finish", "deliver ok"});
 }
 
 }  // namespace
