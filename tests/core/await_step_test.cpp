@@ -120,7 +120,8 @@ auto answer_seven_or_throw(asio::io_context& ioc) {
     return asio::async_initiate<decltype(token), void(std::exception_ptr, int)>(
         [&ioc](auto handler) {
           auto ex = asio::get_associated_executor(handler, ioc.get_executor());
-          asio::post(ex, [h = std::move(handler)]() mutable { std::move(h)(std::exception_ptr(), 7); });
+          asio::post(ex,
+                     [h = std::move(handler)]() mutable { std::move(h)(std::exception_ptr(), 7); });
         },
         token);
   };
@@ -254,6 +255,58 @@ TEST(AwaitStep, AThrowingCoroutineReportsCallbackExceptionWithItsExceptionAsTheO
     EXPECT_FALSE(s.value.has_value()) << "on_value ran for a failed coroutine";
   }
   EXPECT_EQ(strategy->finished(), 2);
+}
+
+/// Awaits coroutines that note whether they ran, then misbehaves as told.
+struct Misbehaving final : Strategy {
+  enum class Then : unsigned char { throw_after_await, await_twice };
+  explicit Misbehaving(Then t) : then(t) {}
+  [[nodiscard]] std::string describe() const override { return "Misbehaving"; }
+  static asio::awaitable<void> note(std::vector<int>* ran, int id) {
+    ran->push_back(id);
+    co_return;
+  }
+  Step on_start(Layer& layer) override {
+    Step first = layer.await(note(&ran, 1));
+    if (then == Then::throw_after_await) throw test::Boom(4);
+    (void)first;
+    return layer.await(note(&ran, 2));  // replaces the first, which never runs
+  }
+  Step on_wait_complete(Layer&, const error_code& ec) override {
+    return ec ? Step::complete : Step::run_inner;
+  }
+  Then then;
+  std::vector<int> ran;
+};
+
+TEST(AwaitStep, ACallbackThatThrowsAfterAwaitLeavesNoCoroutineBehind) {
+  // The coroutine is released unstarted (AddressSanitizer reports its frame otherwise), and the
+  // callback's exception is the outcome, in both shells.
+  auto strategy = std::make_shared<Misbehaving>(Misbehaving::Then::throw_after_await);
+  const Shield shield = Shield{}.use(strategy);
+  EXPECT_THROW((void)shield.execute([] { return 1; }), test::Boom);
+  asio::io_context ioc;
+  std::exception_ptr caught;
+  shield.execute_async(answer_seven_or_throw(ioc),
+                       asio::bind_executor(ioc, [&](std::exception_ptr ep, int) { caught = ep; }));
+  ioc.run();
+  EXPECT_THROW(std::rethrow_exception(caught), test::Boom);
+  EXPECT_TRUE(strategy->ran.empty()) << "a coroutine of a callback that threw ran";
+}
+
+TEST(AwaitStep, OfTwoAwaitsInOneCallbackOnlyTheLastRuns) {
+  auto strategy = std::make_shared<Misbehaving>(Misbehaving::Then::await_twice);
+  const Shield shield = Shield{}.use(strategy);
+  EXPECT_EQ(shield.execute([] { return 1; }), 1);
+  asio::io_context ioc;
+  std::optional<int> got;
+  shield.execute_async(answer_seven(ioc), asio::bind_executor(ioc, [&](error_code ec, int v) {
+                         EXPECT_FALSE(ec);
+                         got = v;
+                       }));
+  ioc.run();
+  EXPECT_EQ(got, 7);
+  EXPECT_EQ(strategy->ran, (std::vector<int>{2, 2}));
 }
 
 TEST(AwaitStep, AThrowingOnValueCountsAsTheCoroutinesFailure) {
