@@ -12,6 +12,7 @@
 #pragma once
 
 #include <kevlar/clock.hpp>
+#include <kevlar/detail/always_inline.hpp>
 #include <kevlar/detail/ledger_word.hpp>
 #include <kevlar/detail/spin_lock.hpp>
 #include <kevlar/detail/wait_queue.hpp>
@@ -26,6 +27,7 @@
 #include <concepts>
 #include <cstdint>
 #include <stop_token>
+#include <type_traits>
 #include <utility>
 
 namespace kevlar {
@@ -209,6 +211,16 @@ class BasicUnpairedSemaphore {
   /// grantee's completion or a later successful try_acquire().
   bool release(count_type n = 1) noexcept;
 
+  /// Changes what the ledger admits at run time (LimiterLedger::resize_locked): `change(ledger)`
+  /// runs under the slow-path lock and returns how many of the oldest waiters it gave a permit
+  /// to (counted by the ledger as in use, as a handoff is), or a negative number if it changed
+  /// nothing. Those waiters are then granted one permit each in FIFO order and scheduled as
+  /// release() schedules them (never run inline). Returns false if `change` returned a negative
+  /// number. Never allocates; `change` must not throw. Thread-safe.
+  template <class Change>
+  requires std::is_nothrow_invocable_r_v<std::int64_t, Change&, L&>
+  bool adjust(Change change) noexcept;
+
   /// Starts an asynchronous wait for one permit.
   ///
   /// Completion signature: `void(boost::system::error_code)`. Success means the caller owns one
@@ -327,6 +339,10 @@ class BasicUnpairedSemaphore {
   friend struct detail::SemaphoreAccess;
   /// Cancellation arbitration (T6): takes `node` out of the queue if it is still there.
   void cancel_wait(detail::WaitNode* node) noexcept;
+  /// Under the lock: moves the `k` oldest waiters, which the ledger has just granted, to
+  /// `granted` (completed once the lock is released).
+  KEVLAR_DETAIL_ALWAYS_INLINE void take_oldest_locked(std::int64_t k,
+                                                      detail::WaitQueue& granted) noexcept;
 
   executor_type default_ex_;
   // The ledger word is written by every fast path: keep it alone on its cache line.

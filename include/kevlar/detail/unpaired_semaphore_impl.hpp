@@ -294,18 +294,39 @@ bool BasicUnpairedSemaphore<L>::release(count_type n) noexcept {
     std::lock_guard<detail::SpinLock> lock(lock_);
     const std::int64_t k = ledger_.release_locked(n);
     if (k < 0) return false;
-    for (std::int64_t i = 0; i < k; ++i) {
-      detail::WaitNode* w = queue_.pop_front();
-      // The ledger counted k waiters, so w is never null; saying so keeps g++ from warning about
-      // a store through the null pointer pop_front() returns for an empty queue.
-      BOOST_ASSERT(w != nullptr);
-      if (w == nullptr) break;
-      w->set_state(detail::WaitState::granted);
-      granted.push_back(w);
-    }
+    take_oldest_locked(k, granted);
   }
   detail::complete_all(granted, {});
   return true;
+}
+
+template <Ledger L>
+template <class Change>
+requires std::is_nothrow_invocable_r_v<std::int64_t, Change&, L&>
+bool BasicUnpairedSemaphore<L>::adjust(Change change) noexcept {
+  detail::WaitQueue granted;
+  {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    const std::int64_t k = change(ledger_);
+    if (k < 0) return false;
+    take_oldest_locked(k, granted);
+  }
+  detail::complete_all(granted, {});
+  return true;
+}
+
+template <Ledger L>
+KEVLAR_DETAIL_ALWAYS_INLINE inline void BasicUnpairedSemaphore<L>::take_oldest_locked(
+    std::int64_t k, detail::WaitQueue& granted) noexcept {
+  for (std::int64_t i = 0; i < k; ++i) {
+    detail::WaitNode* w = queue_.pop_front();
+    // The ledger counted k waiters, so w is never null; saying so keeps g++ from warning about
+    // a store through the null pointer pop_front() returns for an empty queue.
+    BOOST_ASSERT(w != nullptr);
+    if (w == nullptr) break;
+    w->set_state(detail::WaitState::granted);
+    granted.push_back(w);
+  }
 }
 
 template <Ledger L>
@@ -631,7 +652,7 @@ void BasicUnpairedSemaphore<L>::start_acquire(Handler&& handler) {
   }
 
   const detail::Parked parked = park(op, [] {});  // its work is counted already
-  if (parked.queued) return;  // T3: visible to releasers; never touch op again
+  if (parked.queued) return;                      // T3: visible to releasers; never touch op again
   op->clear_slot();
   op->schedule(parked.ec);
 }

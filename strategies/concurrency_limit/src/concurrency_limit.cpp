@@ -15,12 +15,12 @@ using Frame = detail::LimiterFrame;
 // pointer and a flag keep this one at 16 bytes.
 static_assert(sizeof(Frame) <= 16);
 
-LimiterLedger::count_type checked(int value, int min, const char* name) {
+LimiterLedger::count_type checked(int value, int min, const char* name,
+                                  const char* owner = "kevlar::ConcurrencyLimitOptions::") {
   if (value < min || static_cast<long long>(value) > LimiterLedger::max_count) {
     std::ostringstream msg;
-    msg << "kevlar::ConcurrencyLimitOptions::" << name << " must be "
-        << (min == 1 ? "positive" : "non-negative") << " and at most " << LimiterLedger::max_count
-        << " (got " << value << ")";
+    msg << owner << name << " must be " << (min == 1 ? "positive" : "non-negative")
+        << " and at most " << LimiterLedger::max_count << " (got " << value << ")";
     throw std::invalid_argument(msg.str());
   }
   return static_cast<LimiterLedger::count_type>(value);
@@ -34,7 +34,7 @@ ConcurrencyLimitStrategy::ConcurrencyLimitStrategy(ConcurrencyLimitOptions optio
                  checked(options_.max_queue, 0, "max_queue")) {}
 
 std::string ConcurrencyLimitStrategy::describe() const {
-  std::string s = "ConcurrencyLimit(" + std::to_string(options_.max_concurrency);
+  std::string s = "ConcurrencyLimit(" + std::to_string(semaphore_.ledger().limit());
   if (options_.max_queue > 0) s += ", queue " + std::to_string(options_.max_queue);
   return s + ")";
 }
@@ -46,10 +46,12 @@ StrategyTraits ConcurrencyLimitStrategy::strategy_traits() const noexcept {
   return t;
 }
 
-ConcurrencyLimitState ConcurrencyLimitStrategy::state() const noexcept {
-  const LedgerSnapshot s = semaphore_.snapshot();
-  const auto limit = semaphore_.ledger().limit();
-  return {limit - s.available, s.queued, s.available, s.closed};
+void ConcurrencyLimitStrategy::set_max_concurrency(int max_concurrency) {
+  const LimiterLedger::count_type limit =
+      checked(max_concurrency, 1, "max_concurrency",
+              "kevlar::ConcurrencyLimitStrategy::set_max_concurrency: ");
+  (void)semaphore_.adjust(
+      [limit](LimiterLedger& ledger) noexcept { return ledger.resize_locked(limit); });
 }
 
 /// Reports the limiter's accounting to the shield's observers (only called when observed).
@@ -63,13 +65,7 @@ Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
     if (layer.wants<LimiterStateChanged>()) emit_state(layer);
     return Step::run_inner;
   }
-  if (semaphore_.ledger().full()) {  // decided from one load, no allocation
-    if (semaphore_.is_closed()) {
-      layer.outcome().set_error(make_error_code(errc::closed));
-      return Step::complete;
-    }
-    return reject(layer);
-  }
+  if (semaphore_.ledger().full()) return refuse(layer);  // decided from one load, no allocation
   // The engine waits in the same FIFO once this returns: on an io_context the wait lives in the
   // execution (parking allocates nothing), a synchronous execution blocks until the grant, the
   // caller's stop or the context's deadline. A decision the semaphore makes at once under its
@@ -78,7 +74,7 @@ Step ConcurrencyLimitStrategy::start(Layer& layer, Frame& f) {
 }
 
 Step ConcurrencyLimitStrategy::wait_complete(Layer& layer, Frame& f,
-                                            const boost::system::error_code& ec) {
+                                             const boost::system::error_code& ec) {
   if (f.rejecting) return Step::complete;  // the hook set the outcome
   if (!ec) {
     f.permit.adopt(semaphore_);  // the grant made it this execution's
@@ -92,18 +88,26 @@ Step ConcurrencyLimitStrategy::wait_complete(Layer& layer, Frame& f,
   return Step::complete;
 }
 
+[[gnu::noinline, gnu::cold]] Step ConcurrencyLimitStrategy::refuse(Layer& layer) {
+  if (semaphore_.is_closed()) {
+    layer.outcome().set_error(make_error_code(errc::closed));
+    return Step::complete;
+  }
+  return reject(layer);
+}
+
 Step ConcurrencyLimitStrategy::reject(Layer& layer) {
   Frame& f = layer.frame_as<Frame>();
-  const ConcurrencyLimitRejectedEvent event{static_cast<std::uint32_t>(options_.max_concurrency),
+  const ConcurrencyLimitRejectedEvent event{semaphore_.ledger().limit(),
                                             static_cast<std::uint32_t>(options_.max_queue),
                                             layer.strategy_index(), layer.context()};
   if (layer.observed()) {
     layer.emit(Rejected{RejectionKind::concurrency_limit, std::nullopt});
     if (layer.wants<LimiterStateChanged>()) emit_state(layer);
   }
-  return detail::run_rejection_hooks(layer, event, options_.on_rejected,
-                                     options_.on_rejected_async, LimiterLedger::rejection(),
-                                     std::nullopt, [&f] { f.rejecting = true; });
+  return detail::run_rejection_hooks(layer, event, options_.on_rejected, options_.on_rejected_async,
+                                     LimiterLedger::rejection(), std::nullopt,
+                                     [&f] { f.rejecting = true; });
 }
 
 Step ConcurrencyLimitStrategy::inner_complete(Layer& layer, Frame& f) {

@@ -2,14 +2,14 @@
 // unpaired semaphore.
 #pragma once
 
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/error.hpp>
-#include <kevlar/observer.hpp>
-#include <kevlar/basic_shield.hpp>
-#include <kevlar/strategy.hpp>
 #include <kevlar/limiter_ledger.hpp>
+#include <kevlar/observer.hpp>
 #include <kevlar/permit.hpp>
 #include <kevlar/queue_wait.hpp>
+#include <kevlar/strategy.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -127,13 +127,35 @@ class ConcurrencyLimitStrategy final
   /// closed (`errc::closed`) or rejected; also the end of an asynchronous rejection hook.
   Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
 
-  /// {running, queued, available, closed} from one load. Thread-safe.
-  [[nodiscard]] ConcurrencyLimitState state() const noexcept;
+  /// {running, queued, available, closed} from one load. Thread-safe. Inline: a caller that reads
+  /// one field pays for that field only.
+  [[nodiscard]] ConcurrencyLimitState state() const noexcept {
+    const LimiterLedger::Counts c = semaphore_.ledger().counts();
+    const std::uint32_t limit = semaphore_.ledger().limit();
+    return {c.in_use, c.queued, c.in_use < limit ? limit - c.in_use : 0, c.closed};
+  }
+  /// The maximum concurrency now (set_max_concurrency changes it); state().running exceeds it for
+  /// a while after a shrink, until the calls above it finish. Thread-safe.
+  [[nodiscard]] std::uint32_t max_concurrency() const noexcept {
+    return semaphore_.ledger().limit();
+  }
+  /// Changes the maximum concurrency at run time: 1 to LimiterLedger::max_count
+  /// (std::invalid_argument otherwise, nothing changed). Growth grants queued calls at once,
+  /// oldest first, up to the new room (they resume on their executors, as after a release); a
+  /// shrink stops no running call: permits above the new limit retire as their calls finish,
+  /// and no queued call is granted until fewer run than the limit. The queue limit and FIFO order
+  /// are unchanged, and no permit is lost or doubled when a change races grants, releases and
+  /// cancellations. A call admitted lock-free while the change is made may still count against
+  /// the limit it read, so running never exceeds the largest limit set. Thread-safe: admission
+  /// takes no lock for it; the change takes the queue's lock once.
+  void set_max_concurrency(int max_concurrency);
   /// Fails every queued call with `errc::closed` and refuses new ones. Thread-safe, idempotent.
   void close() noexcept { semaphore_.close(); }
   [[nodiscard]] const ConcurrencyLimitOptions& options() const noexcept { return options_; }
 
  private:
+  /// No permit and no queue place (or closed): the rejection, or `errc::closed`. Out of line.
+  Step refuse(Layer& layer);
   Step reject(Layer& layer);
   void emit_state(Layer& layer) const noexcept;
   ConcurrencyLimitOptions options_;
@@ -144,7 +166,7 @@ class ConcurrencyLimitStrategy final
 /// Add it with BasicShield::use or with (`kevlar::Shield::concurrency_limit` is the fluent form);
 /// keep the pointer to read its state or close it.
 [[nodiscard]] std::shared_ptr<ConcurrencyLimitStrategy> concurrency_limit(int max_concurrency,
-                                                                         int max_queue = 0);
+                                                                          int max_queue = 0);
 /// A concurrency limit configured by `options` (std::invalid_argument names an invalid option).
 [[nodiscard]] std::shared_ptr<ConcurrencyLimitStrategy> concurrency_limit(
     ConcurrencyLimitOptions options);
