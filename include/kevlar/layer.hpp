@@ -140,8 +140,10 @@ class Layer {
 
   /// Awaits `hook`, a coroutine (a user's asynchronous hook, or any asynchronous work written as
   /// one), as this layer's next step: return the step this gives, from the callback that called
-  /// it (at most one per callback). The engine starts the coroutine once the callback has
-  /// returned, never inside it:
+  /// it. Of two awaits in one callback the last replaces the first, and a callback that throws
+  /// after awaiting leaves nothing behind; a callback that awaits and returns another step leaves
+  /// the coroutine unreleased. The engine starts the coroutine once the callback has returned,
+  /// never inside it:
   /// - an asynchronous execution spawns it on the execution's executor; the caller's cancellation
   ///   (and a strategy outside this one cancelling this part of the pipeline, as a timeout's
   ///   expiry does) reaches what it awaits, every cancellation type let through, and stops it at
