@@ -26,6 +26,9 @@ PAGES = {
     "hedging": (["HedgeOptions"], "docs/strategies/hedging.md"),
     "fallback": (["FallbackOptions"], "docs/strategies/fallback.md"),
     "chaos": (["ChaosOptions", "ChaosLatencyOptions", "ChaosFaultOptions"], "docs/chaos.md"),
+    "adaptive_concurrency": (["AdaptiveLimitOptions", "AimdOptions", "VegasOptions",
+                              "GradientOptions", "AdaptiveLimitSettings"],
+                             "docs/strategies/adaptive-concurrency.md"),
 }
 # Strategies whose page lists the steps of one decision, every hook among them.
 STEP_LISTS = {"retry"}

@@ -1,6 +1,7 @@
 // kevlar — resilience strategies for Boost.Asio. The umbrella header.
 #pragma once
 
+#include <kevlar/adaptive_concurrency_limit.hpp>
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>

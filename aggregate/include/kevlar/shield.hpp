@@ -8,6 +8,7 @@
 // only some strategies uses BasicShield and their factories.
 #pragma once
 
+#include <kevlar/adaptive_concurrency_limit.hpp>
 #include <kevlar/basic_shield.hpp>
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/concurrency_limit.hpp>
@@ -134,6 +135,11 @@ class Shield : public BasicShield {
   /// Appends kevlar::concurrency_limit(options).
   [[nodiscard]] Shield concurrency_limit(const ConcurrencyLimitOptions& options) const {
     return use(kevlar::concurrency_limit(options));
+  }
+  /// Appends kevlar::adaptive_concurrency_limit(options): a concurrency limit whose maximum follows
+  /// the dependency's latency and drops. See <kevlar/adaptive_concurrency_limit.hpp>.
+  [[nodiscard]] Shield adaptive_concurrency_limit(const AdaptiveLimitOptions& options = {}) const {
+    return use(kevlar::adaptive_concurrency_limit(options));
   }
 
   /// Appends kevlar::hedge(max_attempts, delay): up to `max_attempts` attempts in total, the next

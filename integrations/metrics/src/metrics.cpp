@@ -1,6 +1,7 @@
 // The metrics observer: sharded counters, fixed-bucket histograms, gauges read from strategies.
 #include <kevlar/chaos.hpp>
 #include <kevlar/circuit_breaker.hpp>
+#include <kevlar/adaptive_concurrency_limit.hpp>
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/fallback.hpp>
 #include <kevlar/hedging.hpp>
@@ -144,6 +145,13 @@ constexpr Instrument limiter_queued{"kevlar.concurrency_limit.queued", Instrumen
 constexpr Instrument limiter_capacity{"kevlar.concurrency_limit.capacity", InstrumentKind::gauge,
                                       "{execution}",
                                       "Concurrency limit permits (max_concurrency)."};
+constexpr Instrument limiter_limit{"kevlar.concurrency_limit.limit", InstrumentKind::gauge,
+                                   "{execution}",
+                                   "The limit an adaptive concurrency limit has set itself."};
+constexpr Instrument limiter_samples{"kevlar.concurrency_limit.samples", InstrumentKind::counter,
+                                     "{sample}",
+                                     "Completed calls an adaptive concurrency limit counted, by "
+                                     "kind (measured and dropped ones once their window closes)."};
 constexpr Instrument rate_available{"kevlar.rate_limit.available", InstrumentKind::gauge,
                                     "{permit}", "Rate limit permits a call could take now."};
 constexpr Instrument rate_queued{"kevlar.rate_limit.queued", InstrumentKind::gauge,
@@ -180,7 +188,7 @@ struct MetricsObserver::Group {
 };
 
 struct MetricsObserver::Gauge {
-  enum class Kind : unsigned char { breaker, limiter, rate_limit };
+  enum class Kind : unsigned char { breaker, limiter, rate_limit, adaptive_limiter };
   Kind kind;
   std::optional<std::string> name;
   std::size_t index;
@@ -268,6 +276,8 @@ void MetricsObserver::on_shield(ShieldInfo& shield) {
       kind = Gauge::Kind::breaker;
     } else if (dynamic_cast<const ConcurrencyLimitStrategy*>(s.get()) != nullptr) {
       kind = Gauge::Kind::limiter;
+    } else if (dynamic_cast<const AdaptiveConcurrencyLimitStrategy*>(s.get()) != nullptr) {
+      kind = Gauge::Kind::adaptive_limiter;
     } else if (dynamic_cast<const RateLimitStrategy*>(s.get()) != nullptr) {
       kind = Gauge::Kind::rate_limit;
     } else {
@@ -456,7 +466,7 @@ MetricsSnapshot MetricsObserver::snapshot() const {
   }
 
   // Gauges, read from the live strategies; aliases of destroyed ones are dropped.
-  std::vector<Series> breaker, inflight, queued, capacity, available, rate_waiting;
+  std::vector<Series> breaker, inflight, queued, capacity, limit, samples, available, rate_waiting;
   const Clock& clock = options_.clock ? *options_.clock : *Clock::steady();
   {
     const std::lock_guard lock(gauges_mutex_);
@@ -482,15 +492,30 @@ MetricsSnapshot MetricsObserver::snapshot() const {
         available.push_back(tagged(rate_available, st.available));
         rate_waiting.push_back(tagged(rate_queued, st.queued));
       } else {
-        const auto& l = static_cast<const ConcurrencyLimitStrategy&>(*s);
+        const auto* a = g.kind == Gauge::Kind::adaptive_limiter
+                            ? static_cast<const AdaptiveConcurrencyLimitStrategy*>(s.get())
+                            : nullptr;
+        const ConcurrencyLimitStrategy& l =
+            a != nullptr ? a->limiter() : static_cast<const ConcurrencyLimitStrategy&>(*s);
         const ConcurrencyLimitState st = l.state();
         inflight.push_back(tagged(limiter_inflight, st.running));
         queued.push_back(tagged(limiter_queued, st.queued));
-        capacity.push_back(tagged(limiter_capacity, l.options().max_concurrency));
+        capacity.push_back(tagged(limiter_capacity, l.max_concurrency()));
+        if (a != nullptr) {
+          limit.push_back(tagged(limiter_limit, a->limit()));
+          for (const LimitSample k : {LimitSample::success, LimitSample::dropped, LimitSample::ignored}) {
+            Series series = tagged(limiter_samples, static_cast<double>(a->controller().total(k)));
+            series.tags.push_back({"kevlar.sample.kind", k == LimitSample::success   ? "success"
+                                                         : k == LimitSample::dropped ? "dropped"
+                                                                                     : "ignored"});
+            samples.push_back(std::move(series));
+          }
+        }
       }
     }
   }
-  for (std::vector<Series>* v : {&breaker, &inflight, &queued, &capacity, &available, &rate_waiting}) {
+  for (std::vector<Series>* v :
+       {&breaker, &inflight, &queued, &capacity, &limit, &samples, &available, &rate_waiting}) {
     for (Series& s : *v) out.series.push_back(std::move(s));
   }
   return out;

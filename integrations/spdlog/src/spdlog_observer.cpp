@@ -1,4 +1,5 @@
 // The spdlog observer: one key=value line per event, repeated events summarised per window.
+#include <kevlar/adaptive_concurrency_limit.hpp>
 #include <kevlar/chaos.hpp>
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/concurrency_limit.hpp>
@@ -169,6 +170,10 @@ void format_event(fmt::memory_buffer& out, const Event& event) {
     append_failure(out, b->failure);
   } else if (const auto* l = event.get_if<LimiterStateChanged>()) {
     fmt::format_to(it, " running={} queued={}", l->running, l->queued);
+  } else if (const auto* a = event.get_if<LimitChanged>()) {
+    fmt::format_to(it, " limit={}->{} reason={} samples={} dropped={} rtt=", a->old_limit,
+                   a->new_limit, to_string(a->reason), a->samples, a->dropped);
+    append_duration(out, a->average_rtt);
   } else if (const auto* h = event.get_if<HedgeLaunched>()) {
     fmt::format_to(it, " attempt={}", h->attempt);
   } else if (const auto* c = event.get_if<ChaosInjected>()) {

@@ -128,6 +128,8 @@ class ShardedCounters {
 /// | kevlar.circuit_breaker.transitions | counter | {transition} | ...state.from, ...state.to |
 /// | kevlar.circuit_breaker.state | gauge | {state} | name*, kevlar.strategy.index |
 /// | kevlar.concurrency_limit.inflight / .queued / .capacity | gauge | {execution} | same |
+/// | kevlar.concurrency_limit.limit (adaptive only) | gauge | {execution} | same |
+/// | kevlar.concurrency_limit.samples (adaptive only) | counter | {sample} | same, kevlar.sample.kind |
 /// | kevlar.rate_limit.available / .queued | gauge | {permit} / {execution} | same |
 /// | kevlar.chaos.injections | counter | {injection} | name*, kevlar.chaos.kind, kevlar.chaos.operation**, kevlar.chaos.environment** |
 ///
