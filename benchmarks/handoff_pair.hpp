@@ -12,6 +12,7 @@
 
 #include <handoff_ops.hpp>
 
+#include <kevlar/adaptive_concurrency_limit.hpp>
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/shield.hpp>
 
@@ -40,6 +41,9 @@ inline constexpr int max_fire_polls = 1000;
 
 /// Whether call B waits in the limiter's queue (the pair's precondition for firing the promise).
 inline bool queued(const kevlar::ConcurrencyLimitStrategy& s) noexcept {
+  return s.state().queued > 0;
+}
+inline bool queued(const kevlar::AdaptiveConcurrencyLimitStrategy& s) noexcept {
   return s.state().queued > 0;
 }
 
@@ -247,6 +251,15 @@ inline std::shared_ptr<kevlar::ConcurrencyLimitStrategy> pair_limiter() {
   o.max_concurrency = 1;
   o.max_queue = 1;
   return kevlar::ConcurrencyLimitStrategy::create(o);
+}
+
+/// The adaptive limiter in the pair's shape: its limit pinned to 1 (floor = ceiling = 1), queue 1;
+/// every call timed and sampled, windows closing as they fall due.
+inline std::shared_ptr<kevlar::AdaptiveConcurrencyLimitStrategy> pair_adaptive_limiter() {
+  kevlar::AdaptiveLimitOptions o;
+  o.initial_limit = o.min_limit = o.max_limit = 1;
+  o.max_queue = 1;
+  return kevlar::AdaptiveConcurrencyLimitStrategy::create(o);
 }
 
 }  // namespace kevlar::bench

@@ -4,6 +4,8 @@
 // one-shot promise; call B queues; the promise is completed; both are awaited; B returns 42. The
 // pairs run back to back inside one io_context::run() (see run_pair).
 //   <semaphore>: unpaired        — kevlar's limiter (one ledger word + the unpaired semaphore)
+//                adaptive        — the adaptive limiter over it, limit pinned to 1, every call
+//                                  timed and sampled
 //                no_limiter_control — the shape's floor on Asio: no shield and no limiter; A and B
 //                                  are the bare operations and A's completion starts B's
 //                                  operation itself, where the limiter would grant B
@@ -95,6 +97,7 @@ void pair_benchmark(benchmark::State& state, Make make_strategy, Caller caller, 
 }
 
 auto unpaired = [](asio::io_context&) { return kevlar::bench::pair_limiter(); };
+auto adaptive = [](asio::io_context&) { return kevlar::bench::pair_adaptive_limiter(); };
 auto mutex_control = [](asio::io_context& ioc) { return kevlar::bench::pair_mutex_control(ioc); };
 auto channel_control = [](asio::io_context& ioc) {
   return kevlar::bench::pair_channel_control(ioc);
@@ -133,6 +136,8 @@ void shield_control_pair(benchmark::State& state, Caller caller, Regime regime) 
       ->Name("BM_QueuedHandoffPair/" #sem "/" #caller "/" #regime)
 
 KEVLAR_PAIR(unpaired, callback, idle);
+KEVLAR_PAIR(adaptive, callback, idle);
+KEVLAR_PAIR(adaptive, coroutine, idle);
 KEVLAR_PAIR(mutex_control, callback, idle);
 KEVLAR_PAIR(channel_control, callback, idle);
 KEVLAR_PAIR(unpaired, coroutine, idle);

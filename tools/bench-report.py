@@ -52,6 +52,11 @@ CONTROLS = [
     (r"BM_ConcurrencyLimit/uncontended_sync", RAW_SYNC),
     (r"BM_ConcurrencyLimit/uncontended_async", RAW_ASYNC),
     (r"BM_ConcurrencyLimit/contended/.*", None),  # two threads on one limiter: no control
+    # The adaptive limit's admission against the static limit's, same shape; a window's update
+    # has no same-shape control.
+    (r"BM_AdaptiveLimit/uncontended_sync.*", "BM_ConcurrencyLimit/uncontended_sync"),
+    (r"BM_AdaptiveLimit/uncontended_async.*", "BM_ConcurrencyLimit/uncontended_async"),
+    (r"BM_AdaptiveLimit/window_update/.*", None),
     # Observers against the same named shield unobserved; that one against the pipeline.
     (r"BM_Observability/unobserved", "BM_Pipeline/timeout_retry_breaker"),
     (r"BM_Observability/.*", "BM_Observability/unobserved"),
@@ -116,6 +121,9 @@ INSTRUCTIONS = {
     "BM_Timeout/completes_instantly_async": "async_timeout",
     "BM_CircuitBreaker/ratio_closed_success_async": "async_circuit_breaker",
     "BM_ConcurrencyLimit/uncontended_async": "async_concurrency_limit",
+    "BM_AdaptiveLimit/uncontended_sync/1": "adaptive_concurrency_limit",
+    "BM_AdaptiveLimit/uncontended_sync_sampled/16": "adaptive_concurrency_limit_sampled",
+    "BM_AdaptiveLimit/uncontended_async/1": "async_adaptive_concurrency_limit",
     "BM_RateLimit/uncontended_async": "async_rate_limit",
     "BM_Pipeline/timeout_retry_breaker_async": "async_timeout_retry_breaker",
     "BM_Pipeline/five_strategies_async": "async_five_strategies",

@@ -169,6 +169,14 @@ kevlar::Shield make(const char* name) {
     return empty.circuit_breaker(o);
   }
   if (std::strcmp(name, "concurrency_limit") == 0) return empty.concurrency_limit(1024);
+  // The adaptive limit over the same 1024 permits (one call in flight: its AIMD holds the limit),
+  // timing every call, or one in 16 (compare with concurrency_limit and clock_cas_control).
+  if (std::strncmp(name, "adaptive_concurrency_limit", 26) == 0) {
+    kevlar::AdaptiveLimitOptions o;
+    o.initial_limit = o.max_limit = 1024;
+    o.sample_one_in = std::strcmp(name + 26, "_sampled") == 0 ? 16 : 1;
+    return empty.adaptive_concurrency_limit(o);
+  }
   if (std::strcmp(name, "fallback") == 0) return empty.fallback(0);
   // Chaos built in and switched off (the production shape): compare with pass_through.
   if (std::strcmp(name, "chaos_disabled") == 0) {
