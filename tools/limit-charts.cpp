@@ -80,18 +80,30 @@ std::vector<LimitScenario> scenarios() {
   low.timeout = 1s;
   low.report_every = 10s;
   low.phases = {DependencyPhase{"low", 600s, 40, 10ms, 3, {}}};
-  return {phases, low};
+  // An overload that times calls out: the capacity falls to a tenth for two minutes while the
+  // callers give up after 100 ms (ten mean service times: one call in 22,000 of the healthy
+  // dependency). Calls beyond the capacity queue inside the dependency until they time out, and
+  // their work is still done: a limit that does not shrink spends the dependency on calls nobody
+  // waits for any more.
+  LimitScenario overload;
+  overload.name = "overload";
+  overload.seed = 42;
+  overload.timeout = 100ms;
+  overload.phases = {DependencyPhase{"steady", 60s, 40, 10ms, 3000, {}},
+                     DependencyPhase{"tenth", 120s, 4, 10ms, 3000, {}},
+                     DependencyPhase{"recovered", 60s, 40, 10ms, 3000, {}}};
+  return {phases, low, overload};
 }
 
 void write_gnuplot(const std::filesystem::path& folder, const std::string& scenario,
                    const std::vector<std::string>& names) {
   std::ofstream gp(folder / (scenario + ".gp"));
-  gp << "set terminal pngcairo size 1100,900 font ',10'\n"
+  gp << "set terminal pngcairo size 1100,1150 font ',10'\n"
      << "set output '" << scenario << ".png'\n"
      << "set datafile separator ','\n"
      << "set key outside right top\n"
      << "set grid\n"
-     << "set multiplot layout 3,1 title 'kevlar adaptive concurrency: " << scenario
+     << "set multiplot layout 4,1 title 'kevlar adaptive concurrency: " << scenario
      << " (LimitSimulator, seed 42)'\n"
      << "set xlabel 'time (s)'\n";
   const auto panel = [&](const char* ylabel, const char* column, bool capacity) {
@@ -110,6 +122,7 @@ void write_gnuplot(const std::filesystem::path& folder, const std::string& scena
   };
   panel("limit", "4", true);
   panel("goodput (calls/s)", "7", false);
+  panel("dropped (calls/s)", "9", false);
   gp << "set logscale y\n";
   panel("p99 latency (ms)", "11", false);
   gp << "unset multiplot\n";
