@@ -53,7 +53,7 @@ void BM_AdaptiveLimit_window_update(benchmark::State& state) {
   kevlar::bench::AllocReport allocs;
   std::int64_t step = 0;
   for (auto _ : state) {
-    // A window of 10 samples around 5 ms with the limit half used, alternately slower and faster:
+    // A window of 10 samples, alternately of 5 and 7 ms, each started with the whole limit in use:
     // the algorithm moves the limit both ways.
     const auto rtt = std::chrono::microseconds(5000 + (++step % 2) * 2000);
     for (int i = 0; i < settings.min_window_samples; ++i) {

@@ -100,7 +100,8 @@ class Simulation {
       if (e.time > end) break;
       events_.pop();
       now_ = e.time;
-      advance_phase();
+      // A report at a phase's exact end closes that phase's last interval: it belongs to it.
+      advance_phase(e.kind == EventKind::report);
       switch (e.kind) {
         case EventKind::arrival:
           arrive();
@@ -137,8 +138,9 @@ class Simulation {
     return from + std::max<ns>(1, static_cast<ns>(gap(random_) * 1e9));
   }
 
-  void advance_phase() {
-    while (phase_ + 1 < s_.phases.size() && now_ >= phase_ends_[phase_]) {
+  void advance_phase(bool report) {
+    while (phase_ + 1 < s_.phases.size() &&
+           (report ? now_ > phase_ends_[phase_] : now_ >= phase_ends_[phase_])) {
       ++phase_;
       start_service();  // a larger capacity serves waiting requests at once
     }

@@ -904,7 +904,7 @@ TEST(AdaptiveController, AnAlgorithmThatThrowsPropagatesAndTheLimitStays) {
 }
 
 // record() from two threads at once loses no sample: 100,000 each (alternately measured and
-// dropped, so that both halves of the packed counter are raced), then one close sees them all.
+// dropped, so that both counters are raced), then one close sees them all.
 TEST(AdaptiveController, ConcurrentRecordsLoseNothing) {
   auto algorithm = scripted([](double limit) { return limit; });
   ScriptedAlgorithm* spy = algorithm.get();
@@ -937,6 +937,43 @@ TEST(AdaptiveController, ConcurrentRecordsLoseNothing) {
   EXPECT_EQ(w.min_rtt, 2ms);
   EXPECT_EQ(w.max_in_flight, 5999u);
   EXPECT_EQ(c.total(LimitSample::success) + c.total(LimitSample::dropped), 2u * per_thread);
+}
+
+// record() racing close_window(): one thread records measured samples of exactly 3 ms while another
+// closes a window whenever one is due, 200 times. A sample's count and its time travel in one
+// word, so that no window can hold one without the other: every window's mean is exactly 3 ms,
+// and the windows hold every sample recorded, once.
+TEST(AdaptiveController, ACloseRacingRecordsNeverSplitsASample) {
+  auto algorithm = scripted([](double limit) { return limit; });
+  ScriptedAlgorithm* spy = algorithm.get();
+  AdaptiveLimitSettings s;
+  s.min_window_samples = 1;
+  s.window = 1ms;
+  AdaptiveLimitController c(s, std::move(algorithm));
+  (void)c.close_window(t0);
+  std::atomic<bool> stop{false};
+  std::uint64_t recorded = 0;
+  std::thread recorder([&] {
+    while (!stop.load(std::memory_order_acquire)) {
+      c.record(LimitSample::success, 3ms, 1);
+      ++recorded;
+    }
+  });
+  // The closer (this thread) touches the spy's windows alone: it is the only one closing.
+  Clock::time_point now = t0;
+  while (spy->windows.size() < 200) {
+    now += 1ms;
+    (void)c.close_window(now);
+  }
+  stop.store(true, std::memory_order_release);
+  recorder.join();
+  (void)c.close_window(now + 1ms);  // the rest (the recorder ran at least once after the last)
+  std::uint64_t seen = 0;
+  for (const LimitWindow& w : spy->windows) {
+    seen += w.samples;
+    ASSERT_EQ(w.average_rtt, 3ms) << "a window held a sample's count without its time";
+  }
+  EXPECT_EQ(seen, recorded);
 }
 
 // Two threads close the same due window at once, 1,000 times: exactly one of them gets the change

@@ -1,5 +1,6 @@
 #include <kevlar/adaptive_concurrency_limit.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <sstream>
 #include <stdexcept>
@@ -35,6 +36,21 @@ std::unique_ptr<LimitAlgorithm> make_algorithm(const AdaptiveLimitOptions& o) {
       },
       o.algorithm);
 }
+
+}  // namespace
+
+namespace detail {
+
+std::uint32_t seed_adaptive_limit_draw() noexcept {
+  // Each thread starts its own sequence (a Weyl sequence of golden-ratio steps, never 0).
+  static std::atomic<std::uint32_t> next{0x9e3779b9U};
+  std::uint32_t seed = next.fetch_add(0x9e3779b9U, std::memory_order_relaxed);
+  return seed != 0 ? seed : 0x2545f491U;
+}
+
+}  // namespace detail
+
+namespace {
 
 std::uint32_t sample_mask(int one_in) {
   if (one_in < 1 || one_in > 1024 || (one_in & (one_in - 1)) != 0) {
@@ -101,10 +117,16 @@ LimitSample AdaptiveConcurrencyLimitStrategy::classify(Layer& layer) const noexc
   if (outcome.is_cancellation()) return LimitSample::ignored;
   const boost::system::error_code ec =
       outcome.has_error() ? outcome.error() : detail::error_of_exception(outcome.exception());
-  {
-    if (ec == errc::timeout || ec == errc::rate_limited || ec == errc::concurrency_limit_exceeded ||
-        ec == errc::circuit_open) {
-      return LimitSample::dropped;
+  if (ec.category() == error_category()) {
+    switch (static_cast<errc>(ec.value())) {
+      case errc::timeout:
+      case errc::rate_limited:
+      case errc::concurrency_limit_exceeded:
+      case errc::circuit_open:
+      case errc::isolated:
+        return LimitSample::dropped;  // overload, or a dependency cut off further in
+      default:
+        return LimitSample::ignored;  // closed, or the caller's own misuse: not the dependency
     }
   }
   // Any other failure came back from the dependency: its time is a measurement like a success's.
@@ -124,13 +146,19 @@ void AdaptiveConcurrencyLimitStrategy::record_untimed(Layer& layer) noexcept {
     Layer& layer, Clock::time_point now) noexcept {
   std::optional<LimitChange> change;
   try {
-    change = controller_.close_window(now);
+    // The resize runs under the window lock: two windows closing back to back resize in order.
+    // The controller's bounds lie within the ledger's, so the resize cannot refuse them.
+    change = controller_.close_window(
+        now,
+        [](void* limiter, const LimitChange& c) noexcept {
+          static_cast<ConcurrencyLimitStrategy*>(limiter)->set_max_concurrency(
+              static_cast<int>(c.new_limit));
+        },
+        &limiter_);
   } catch (...) {
     return;  // a custom algorithm threw: that window is lost, the limit stays
   }
   if (!change) return;
-  // The controller's bounds lie within the ledger's, so the resize cannot refuse them.
-  limiter_.set_max_concurrency(static_cast<int>(change->new_limit));
   const LimitChanged event{change->old_limit,  change->new_limit,      change->reason,
                            change->window.average_rtt, change->window.samples, change->window.dropped};
   if (layer.wants<LimitChanged>()) layer.emit(event);

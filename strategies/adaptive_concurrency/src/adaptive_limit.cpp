@@ -74,8 +74,11 @@ AimdLimit::AimdLimit(AimdOptions options) : options_(options) {
 
 LimitDecision AimdLimit::update(const LimitWindow& window, double limit, double min_limit,
                                 double /*max_limit*/) {
-  if (window.dropped > 0) return {limit * options_.decrease_factor, LimitChangeReason::dropped};
-  if (window.samples == 0) return {limit, LimitChangeReason::healthy};
+  if (window.dropped > 0 || window.samples == 0) {
+    floor_windows_ = 0;  // the floor rule counts consecutive windows congested by latency alone
+    if (window.dropped > 0) return {limit * options_.decrease_factor, LimitChangeReason::dropped};
+    return {limit, LimitChangeReason::healthy};
+  }
   const double rtt = ns(window.average_rtt);
   double reference = ns(reference_);
   // Netflix's app-limited guard: a window that used less than half the limit says nothing about
@@ -214,8 +217,11 @@ LimitDecision GradientLimit::update(const LimitWindow& window, double limit, dou
     return LimitDecision{(1 - options_.smoothing) * limit + options_.smoothing * target, reason};
   };
   // Drops lower the limit at once (Gradient2 ignores them and waits for their latency).
-  if (window.dropped > 0) return {limit * options_.backoff_ratio, LimitChangeReason::dropped};
-  if (window.samples == 0) return {limit, LimitChangeReason::healthy};
+  if (window.dropped > 0 || window.samples == 0) {
+    floor_windows_ = 0;  // the floor rule counts consecutive windows congested by latency alone
+    if (window.dropped > 0) return {limit * options_.backoff_ratio, LimitChangeReason::dropped};
+    return {limit, LimitChangeReason::healthy};
+  }
   const double rtt = ns(window.average_rtt);
   const double ceiling = ns(options_.max_healthy_rtt);
   const auto capped = [&](double v) { return ceiling > 0 ? std::min(v, ceiling) : v; };
@@ -311,9 +317,9 @@ AdaptiveLimitController::AdaptiveLimitController(AdaptiveLimitSettings settings,
   estimate_.store(settings_.initial_limit, std::memory_order_relaxed);
 }
 
-void AdaptiveLimitController::lower_min(std::uint64_t ns) noexcept {
-  std::uint64_t seen = min_rtt_.load(std::memory_order_relaxed);
-  while (ns < seen && !min_rtt_.compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
+void AdaptiveLimitController::lower_min(std::uint64_t us) noexcept {
+  std::uint64_t seen = min_rtt_us_.load(std::memory_order_relaxed);
+  while (us < seen && !min_rtt_us_.compare_exchange_weak(seen, us, std::memory_order_relaxed)) {
   }
 }
 
@@ -324,7 +330,9 @@ void AdaptiveLimitController::raise_max(std::uint32_t in_flight) noexcept {
   }
 }
 
-std::optional<LimitChange> AdaptiveLimitController::close_window(Clock::time_point now) {
+std::optional<LimitChange> AdaptiveLimitController::close_window(Clock::time_point now,
+                                                                 ApplyChange apply,
+                                                                 void* context) {
   if (!due(now)) return std::nullopt;
   if (closing_.test_and_set(std::memory_order_acquire)) return std::nullopt;
   struct Unlock {
@@ -338,24 +346,27 @@ std::optional<LimitChange> AdaptiveLimitController::close_window(Clock::time_poi
                       std::memory_order_relaxed);
     return std::nullopt;  // the first window starts: the samples so far count in it
   }
-  const std::uint64_t seen = counts_.load(std::memory_order_relaxed);
-  if ((seen & 0xffffffffU) + (seen >> 32) < static_cast<std::uint64_t>(settings_.min_window_samples)) {
+  const std::uint64_t held = (measured_.load(std::memory_order_relaxed) & count_mask) +
+                             dropped_.load(std::memory_order_relaxed);
+  if (held < static_cast<std::uint64_t>(settings_.min_window_samples)) {
     return std::nullopt;  // too few samples yet: the window keeps collecting
   }
-  // A sample racing this exchange may see its time counted here and itself in the next window
-  // (or the reverse); with at least min_window_samples per window the mean moves by a fraction.
-  const std::uint64_t counts = counts_.exchange(0, std::memory_order_relaxed);
-  const std::uint64_t sum = rtt_sum_.exchange(0, std::memory_order_relaxed);
-  const std::uint64_t min_rtt = min_rtt_.exchange(UINT64_MAX, std::memory_order_relaxed);
+  // One exchange takes the measured samples' count and time together. A drop or an in-flight
+  // count racing this close may land in either window.
+  const std::uint64_t measured = measured_.exchange(0, std::memory_order_relaxed);
+  const std::uint64_t min_us = min_rtt_us_.exchange(UINT64_MAX, std::memory_order_relaxed);
   LimitWindow w;
   w.end = now;
-  w.samples = static_cast<std::uint32_t>(counts & 0xffffffffU);
-  w.dropped = static_cast<std::uint32_t>(counts >> 32);
+  w.samples = static_cast<std::uint32_t>(measured & count_mask);
+  w.dropped = dropped_.exchange(0, std::memory_order_relaxed);
   w.max_in_flight = max_in_flight_.exchange(0, std::memory_order_relaxed);
   if (w.samples > 0) {
-    w.average_rtt = Clock::duration(static_cast<Clock::duration::rep>(sum / w.samples));
-    w.min_rtt = Clock::duration(
-        static_cast<Clock::duration::rep>(min_rtt == UINT64_MAX ? w.average_rtt.count() : min_rtt));
+    const std::uint64_t sum_us = measured >> count_bits;
+    w.average_rtt = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::micro>(static_cast<double>(sum_us) / w.samples));
+    w.min_rtt = min_us == UINT64_MAX
+                    ? w.average_rtt
+                    : Clock::duration(std::chrono::microseconds(static_cast<std::int64_t>(min_us)));
   }
   window_end_.store((now + settings_.window).time_since_epoch().count(),
                     std::memory_order_relaxed);
@@ -374,7 +385,9 @@ std::optional<LimitChange> AdaptiveLimitController::close_window(Clock::time_poi
   const std::uint32_t old = limit_.load(std::memory_order_relaxed);
   if (next == old) return std::nullopt;
   limit_.store(next, std::memory_order_relaxed);
-  return LimitChange{old, next, d.reason, w};
+  const LimitChange change{old, next, d.reason, w};
+  if (apply != nullptr) apply(context, change);
+  return change;
 }
 
 std::uint64_t AdaptiveLimitController::total(LimitSample kind) const noexcept {

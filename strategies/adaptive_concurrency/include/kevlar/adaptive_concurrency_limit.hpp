@@ -53,20 +53,24 @@ struct AdaptiveLimitOptions {
   /// Samples (measured and dropped) a window needs before it closes; a window with fewer keeps
   /// collecting past its end. At least 1. Default 10.
   int min_window_samples = 10;
-  /// Times one call in this many on each thread (a power of two, 1 to 1024); the others are
+  /// Times one call in this many, drawn at random (a power of two, 1 to 1024); the others are
   /// admitted and released without reading the clock. Drops and ignored outcomes are counted on
   /// every call. 1 (default) times every call; at thousands of calls per second per thread, 8 or
   /// 16 keep each window well fed and take the clock off most calls' path.
   int sample_one_in = 1;
   /// Outcomes that mean the dependency is overloaded (dropped samples), beside the built-in ones:
-  /// kevlar timeouts, rate limit and concurrency limit rejections and an open circuit further in.
+  /// kevlar timeouts, rate limit and concurrency limit rejections and an open or isolated circuit
+  /// further in.
   /// E.g. `Clause().result<Response>([](auto& r) { return r.status == 503 || r.status == 429; })`.
   std::optional<Clause> dropped;
   /// Outcomes that say nothing about the dependency (ignored samples), beside the caller's
-  /// cancellation, which is always ignored. Tested before `dropped`.
+  /// cancellation and kevlar's own errors other than overload (`errc::closed`, misuse). Tested
+  /// first; then `dropped`; the cancellation is ignored unless `dropped` names it.
   std::optional<Clause> ignored;
-  /// Called after each change of the limit, by the thread whose completion closed the window;
-  /// exceptions it throws are swallowed.
+  /// Called after each change of the limit, by the thread whose completion closed the window,
+  /// after the limiter was resized; two changes close together may be reported concurrently and
+  /// out of order (LimitChange::new_limit of the last call is not always limit()). Exceptions it
+  /// throws are swallowed.
   std::function<void(const LimitChanged&)> on_limit_changed;
   /// As ConcurrencyLimitOptions::on_rejected.
   std::function<void(const ConcurrencyLimitRejectedEvent&)> on_rejected;
@@ -85,8 +89,21 @@ struct AdaptiveLimiterFrame {
   bool timed = false;  ///< started and in_flight were taken (see sample_one_in)
 };
 
-/// Calls admitted by adaptive limiters on this thread: the sampling stride's counter.
-inline thread_local std::uint32_t adaptive_limit_tick = 0;
+/// The sampling draw of adaptive limiters on this thread (xorshift32; 0 until first used): each
+/// admitted call draws, and a call is timed when the draw's low bits are zero. A draw, not a
+/// stride, so that limiters called in a fixed interleaving (nested, or alternating on one thread)
+/// are each timed one call in N.
+inline thread_local std::uint32_t adaptive_limit_draw = 0;
+[[gnu::cold]] std::uint32_t seed_adaptive_limit_draw() noexcept;
+inline std::uint32_t next_adaptive_limit_draw() noexcept {
+  std::uint32_t x = adaptive_limit_draw;
+  if (x == 0) [[unlikely]] x = seed_adaptive_limit_draw();
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  adaptive_limit_draw = x;
+  return x;
+}
 
 }  // namespace detail
 
@@ -162,7 +179,7 @@ class AdaptiveConcurrencyLimitStrategy final
 
  private:
   void stamp(Layer& layer, Frame& f) const noexcept {
-    if (sample_mask_ != 0 && (++detail::adaptive_limit_tick & sample_mask_) != 0) return;
+    if (sample_mask_ != 0 && (detail::next_adaptive_limit_draw() & sample_mask_) != 0) return;
     f.timed = true;
     f.started = layer.clock().now();
     f.in_flight = limiter_.state().running;

@@ -120,7 +120,8 @@ struct VegasOptions {
 /// Vegas: estimates the queue inside the dependency as `limit × (1 − no_load_rtt / rtt)` and
 /// grows while it is below alpha = 3·lg(limit), shrinks above beta = 6·lg(limit) (lg(L) =
 /// max(1, floor(log10 L))), jumps by beta while it is at most lg(limit). The no-load latency is the
-/// smallest window mean seen since the last probe; a window's mean (never one sample) sets it.
+/// smallest, since the last probe, of max(a window's mean, the previous window's mean): one lucky
+/// window cannot set it.
 class VegasLimit final : public LimitAlgorithm {
  public:
   explicit VegasLimit(VegasOptions options = {});
@@ -225,21 +226,22 @@ class AdaptiveLimitController {
   AdaptiveLimitController(AdaptiveLimitSettings settings,
                           std::unique_ptr<LimitAlgorithm> algorithm);
 
-  /// Adds a sample: `rtt` and `in_flight` (the in-flight count at the call's start, itself
-  /// included) count for success; dropped counts the drop and the in-flight count; ignored
-  /// counts nothing here.
+  /// Adds a sample: `rtt` (kept to the microsecond) and `in_flight` (the in-flight count at the
+  /// call's start, itself included) count for success; dropped counts the drop and the in-flight
+  /// count; ignored counts nothing here. A measured sample is one atomic add (its count and its
+  /// time together, so that a window's close can never split them); a window holds at most
+  /// 2^24 - 1 of them (use sample_one_in beyond 16 million calls a window).
   void record(LimitSample kind, Clock::duration rtt, std::uint32_t in_flight) noexcept {
     if (kind == LimitSample::ignored) {
       ignored_total_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     if (kind == LimitSample::success) {
-      const auto ns = static_cast<std::uint64_t>(rtt.count() > 0 ? rtt.count() : 0);
-      rtt_sum_.fetch_add(ns, std::memory_order_relaxed);
-      counts_.fetch_add(1, std::memory_order_relaxed);
-      if (ns < min_rtt_.load(std::memory_order_relaxed)) lower_min(ns);
+      const std::uint64_t us = micros(rtt);
+      measured_.fetch_add((us << count_bits) + 1, std::memory_order_relaxed);
+      if (us < min_rtt_us_.load(std::memory_order_relaxed)) lower_min(us);
     } else {
-      counts_.fetch_add(std::uint64_t{1} << 32, std::memory_order_relaxed);
+      dropped_.fetch_add(1, std::memory_order_relaxed);
     }
     if (in_flight > max_in_flight_.load(std::memory_order_relaxed)) raise_max(in_flight);
   }
@@ -248,11 +250,17 @@ class AdaptiveLimitController {
   [[nodiscard]] bool due(Clock::time_point now) const noexcept {
     return now.time_since_epoch().count() >= window_end_.load(std::memory_order_relaxed);
   }
+  /// What close_window calls with a change while it still holds the window lock (so that changes
+  /// are applied in the order they were decided): `context` and the change.
+  using ApplyChange = void (*)(void* context, const LimitChange& change) noexcept;
+
   /// Closes the current window if it is due and holds min_window_samples, feeds it to the
-  /// algorithm, and returns the change of the (integer) limit, if any. Returns nothing when the
-  /// window is not ready or another thread is closing it. May throw what the algorithm throws
-  /// (the window is then lost; the limit stays).
-  std::optional<LimitChange> close_window(Clock::time_point now);
+  /// algorithm, and returns the change of the (integer) limit, if any, after calling
+  /// `apply(context, change)` under the window lock (when `apply` is not null). Returns nothing
+  /// when the window is not ready or another thread is closing it. May throw what the algorithm
+  /// throws (the window is then lost; the limit stays).
+  std::optional<LimitChange> close_window(Clock::time_point now, ApplyChange apply = nullptr,
+                                          void* context = nullptr);
 
   /// The limit in force. Thread-safe.
   [[nodiscard]] std::uint32_t limit() const noexcept {
@@ -274,15 +282,24 @@ class AdaptiveLimitController {
   }
 
  private:
-  void lower_min(std::uint64_t ns) noexcept;
+  static constexpr unsigned count_bits = 24;
+  static constexpr std::uint64_t count_mask = (std::uint64_t{1} << count_bits) - 1;
+  /// `rtt` in whole microseconds, within the 40 bits a measured sample's time has.
+  static std::uint64_t micros(Clock::duration rtt) noexcept {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(rtt).count();
+    constexpr std::int64_t top = (std::int64_t{1} << (64 - count_bits)) - 1;
+    return static_cast<std::uint64_t>(us <= 0 ? 0 : (us > top ? top : us));
+  }
+  void lower_min(std::uint64_t us) noexcept;
   void raise_max(std::uint32_t in_flight) noexcept;
 
   AdaptiveLimitSettings settings_;
   std::unique_ptr<LimitAlgorithm> algorithm_;
-  // The window being filled. counts_: measured samples in the low half, dropped in the high half.
-  alignas(64) std::atomic<std::uint64_t> rtt_sum_{0};
-  std::atomic<std::uint64_t> counts_{0};
-  std::atomic<std::uint64_t> min_rtt_{UINT64_MAX};
+  // The window being filled. measured_: the measured samples' count in the low count_bits, the
+  // sum of their times in microseconds above.
+  alignas(64) std::atomic<std::uint64_t> measured_{0};
+  std::atomic<std::uint32_t> dropped_{0};
+  std::atomic<std::uint64_t> min_rtt_us_{UINT64_MAX};
   std::atomic<std::uint32_t> max_in_flight_{0};
   /// The current window's end; the lowest value until the first window starts.
   std::atomic<Clock::duration::rep> window_end_{std::numeric_limits<Clock::duration::rep>::min()};
