@@ -28,6 +28,33 @@ double ns(Clock::duration d) noexcept { return static_cast<double>(d.count()); }
 /// Netflix's lg(L) for Vegas's thresholds: max(1, floor(log10 L)).
 double lg(double limit) noexcept { return std::max(1.0, std::floor(std::log10(std::max(limit, 1.0)))); }
 
+// The floor rule, shared by AIMD and the gradient: at the floor there is nothing left to shed, so
+// latency that stays high there for `needed` congested windows in a row is the dependency's own
+// and replaces the baseline; the replaced one is kept (the lower of two), and comes back at the
+// first window as fast as it allowed.
+
+/// Counts a congested window (at the floor or not) and says whether the baseline is to be
+/// replaced now: `needed` of them in a row at the floor (0: never), and `allowed`.
+bool floor_reached(int& streak, int needed, double limit, double min_limit, bool allowed) noexcept {
+  streak = limit <= min_limit + 0.5 ? streak + 1 : 0;
+  if (needed == 0 || streak < needed || !allowed) return false;
+  streak = 0;
+  return true;
+}
+
+/// Keeps `baseline` as the one to restore (the lower, when one is kept already).
+void keep_replaced(double& kept, double baseline) noexcept {
+  kept = kept > 0 ? std::min(kept, baseline) : baseline;
+}
+
+/// Restores the kept baseline once `rtt` is within `tolerance` of it; true if it did.
+bool restore_replaced(double& kept, double& baseline, double rtt, double tolerance) noexcept {
+  if (kept == 0 || rtt > tolerance * kept) return false;
+  baseline = std::min(baseline, kept);  // the slow spell is over
+  kept = 0;
+  return true;
+}
+
 std::string format(const char* name, std::initializer_list<double> values) {
   std::ostringstream out;
   out << name << '(';
@@ -85,11 +112,7 @@ LimitDecision AimdLimit::update(const LimitWindow& window, double limit, double 
   // capacity; its latency, which the limiter did not cause, is the dependency's own.
   const bool app_limited = 2.0 * window.max_in_flight < limit;
   const bool congested = reference > 0 && rtt > options_.latency_tolerance * reference;
-  if (before_ > 0 && rtt <= options_.latency_tolerance * before_) {
-    // As fast as the reference the floor replaced allowed: the slow spell is over.
-    reference = std::min(reference, before_);
-    before_ = 0;
-  }
+  (void)restore_replaced(before_, reference, rtt, options_.latency_tolerance);
   if (reference == 0) {
     reference = rtt;
   } else if (rtt < reference) {
@@ -108,14 +131,9 @@ LimitDecision AimdLimit::update(const LimitWindow& window, double limit, double 
     return {limit, LimitChangeReason::healthy};
   }
   if (congested) {
-    // At the floor there is nothing left to shed: latency that stays high there for
-    // floor_windows is the dependency's own, and becomes the reference.
-    floor_windows_ = limit <= min_limit + 0.5 ? floor_windows_ + 1 : 0;
-    if (options_.floor_windows > 0 && floor_windows_ >= options_.floor_windows) {
-      // Kept: the first window as fast as it allowed brings it back.
-      before_ = before_ > 0 ? std::min(before_, reference) : reference;
+    if (floor_reached(floor_windows_, options_.floor_windows, limit, min_limit, true)) {
+      keep_replaced(before_, reference);
       reference_ = window.average_rtt;
-      floor_windows_ = 0;
       return {limit, LimitChangeReason::probe};
     }
     return {limit * options_.decrease_factor, LimitChangeReason::latency};
@@ -239,10 +257,7 @@ LimitDecision GradientLimit::update(const LimitWindow& window, double limit, dou
   // windows that used less than half the limit: one the limiter itself loaded would teach it its
   // own queueing, window after window, and an overload incident would become the norm.
   const double weight = 2.0 / (options_.long_window + 1.0);
-  if (before_ > 0 && rtt <= options_.rtt_tolerance * before_) {
-    // As fast as the baseline the floor replaced allowed: the slow spell is over.
-    baseline_ns_ = std::min(baseline_ns_, before_);
-    before_ = 0;
+  if (restore_replaced(before_, baseline_ns_, rtt, options_.rtt_tolerance)) {
     gradient = std::clamp(options_.rtt_tolerance * baseline_ns_ / rtt, 0.5, 1.0);
     if (ceiling > 0 && rtt > ceiling) gradient = std::min(gradient, std::max(0.5, ceiling / rtt));
   }
@@ -262,16 +277,12 @@ LimitDecision GradientLimit::update(const LimitWindow& window, double limit, dou
   }
   if (gradient < 1.0) {
     // Queueing: the limit shrinks with the gradient; nothing is added, so that a steady gradient
-    // below 1 cannot make it creep upward. At the floor there is nothing left to shed: latency
-    // that stays high there for floor_windows is the dependency's own (within max_healthy_rtt),
-    // and becomes the baseline.
-    floor_windows_ = limit <= min_limit + 0.5 ? floor_windows_ + 1 : 0;
-    if (options_.floor_windows > 0 && floor_windows_ >= options_.floor_windows &&
-        (ceiling == 0 || rtt <= ceiling)) {
-      // Kept: the first window as fast as it allowed brings it back.
-      before_ = before_ > 0 ? std::min(before_, baseline_ns_) : baseline_ns_;
+    // below 1 cannot make it creep upward. The floor rule replaces the baseline only within
+    // max_healthy_rtt.
+    if (floor_reached(floor_windows_, options_.floor_windows, limit, min_limit,
+                      ceiling == 0 || rtt <= ceiling)) {
+      keep_replaced(before_, baseline_ns_);
       baseline_ns_ = rtt;
-      floor_windows_ = 0;
       return {limit, LimitChangeReason::probe};
     }
     return smoothed(limit * gradient, LimitChangeReason::latency);

@@ -100,6 +100,9 @@ struct LimitSimulation {
 
 /// Runs a scenario against a limit, entirely in virtual time (no thread, no clock, no sleep): the
 /// same seed gives the same rows.
+///
+/// Thread-safety: each run is self-contained; runs on different threads are independent as long
+/// as each has its own controller (a controller fed by two runs at once would mix their windows).
 class LimitSimulator {
  public:
   /// Against a static limit of `limit` (positive).
