@@ -1,10 +1,14 @@
 #include <kevlar/adaptive_limit.hpp>
+#include <kevlar/detail/duration_check.hpp>
+#include <kevlar/detail/duration_format.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 namespace kevlar {
 namespace {
@@ -317,9 +321,13 @@ AdaptiveLimitController::AdaptiveLimitController(AdaptiveLimitSettings settings,
       settings_.initial_limit > settings_.max_limit) {
     fail("initial_limit", "in [min_limit, max_limit]", settings_.initial_limit);
   }
-  if (settings_.window < std::chrono::milliseconds(1) || settings_.window > max_duration) {
-    fail("window", "at least 1 ms and at most kevlar::max_duration (ns shown)",
-         ns(settings_.window));
+  // The house message for a duration out of range; then the window's own floor of 1 ms.
+  constexpr std::string_view window_name = "kevlar::AdaptiveLimitOptions::window";
+  detail::check_duration(settings_.window, max_duration, detail::DurationFloor::positive,
+                         window_name);
+  if (settings_.window < std::chrono::milliseconds(1)) {
+    throw std::invalid_argument(std::string(window_name) + " must be at least 1ms (got " +
+                                detail::format_duration(settings_.window) + ")");
   }
   if (settings_.min_window_samples < 1) {
     fail("min_window_samples", "at least 1", settings_.min_window_samples);
