@@ -131,8 +131,11 @@ void write_gnuplot(const std::filesystem::path& folder, const std::string& scena
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: " << argv[0] << " <output folder>\n";
+  // "--smoke": every phase a tenth as long (CTest's tools.limit_charts, which also runs in the
+  // sanitizer builds, where the full scenarios take minutes).
+  const bool smoke = argc == 3 && std::string(argv[2]) == "--smoke";
+  if (argc != 2 && !smoke) {
+    std::cerr << "usage: " << argv[0] << " <output folder> [--smoke]\n";
     return 2;
   }
   const std::filesystem::path folder = argv[1];
@@ -140,7 +143,10 @@ int main(int argc, char** argv) {
   std::ofstream summary(folder / "summary.csv");
   summary << "scenario,limiter,phase,capacity,capacity_per_s,offered_per_s,goodput_per_s,"
              "goodput_share,dropped_per_s,mean_limit,converged_after_s,settled_after_s,p99_ms\n";
-  for (const LimitScenario& s : scenarios()) {
+  for (LimitScenario s : scenarios()) {
+    if (smoke) {
+      for (DependencyPhase& p : s.phases) p.duration /= 10;
+    }
     std::vector<std::string> names;
     for (const Limiter& l : limiters()) {
       const LimitSimulation r = l.run(s);
