@@ -43,6 +43,11 @@ class Category final : public boost::system::error_category {
         return "the call's completion handler has no associated executor, which this shield's "
                "timeout needs to deliver its expiry: bind one with asio::bind_executor (or use a "
                "coroutine's token)";
+      case errc::throttled:
+        return "the call was throttled locally: the dependency has been refusing too many recent "
+               "requests";
+      case errc::queue_timeout:
+        return "the call waited in a limiter's queue past its queue-wait timeout or its deadline";
     }
     return "unknown kevlar error " + std::to_string(value);
   }

@@ -21,6 +21,10 @@ const char* to_string(RejectionKind kind) noexcept {
       return "rate_limit";
     case RejectionKind::concurrency_limit:
       return "concurrency_limit";
+    case RejectionKind::throttle:
+      return "throttle";
+    case RejectionKind::queue_timeout:
+      return "queue_timeout";
   }
   return "unknown";
 }
@@ -36,6 +40,10 @@ std::optional<RejectionKind> rejection_kind(const boost::system::error_code& ec)
       return RejectionKind::rate_limit;
     case errc::concurrency_limit_exceeded:
       return RejectionKind::concurrency_limit;
+    case errc::throttled:
+      return RejectionKind::throttle;
+    case errc::queue_timeout:
+      return RejectionKind::queue_timeout;
     default:
       return std::nullopt;
   }

@@ -28,6 +28,12 @@ enum class errc {
   /// An asynchronous call's completion handler has no associated executor, and a strategy of the
   /// shield (a timeout) needs one to deliver its decisions: bind one with asio::bind_executor.
   executor_required = 9,
+  /// Client-side adaptive throttling rejected the call locally: the dependency has been refusing
+  /// too large a share of recent requests (kevlar::adaptive_throttle).
+  throttled = 10,
+  /// A call waited in a limiter's queue longer than its queue-wait timeout (fixed or CoDel), or
+  /// until its end-to-end deadline, and was shed before it ran.
+  queue_timeout = 11,
 };
 
 /// The error category of kevlar::errc (name "kevlar"). Thread-safe; a process-wide singleton.

@@ -32,9 +32,12 @@ enum class RejectionKind : unsigned char {
   isolated,           ///< a circuit breaker isolated by hand
   rate_limit,         ///< a rate limiter with no permit and no queue place
   concurrency_limit,  ///< a concurrency limit with every permit and queue place taken
+  throttle,           ///< client-side adaptive throttling (errc::throttled)
+  queue_timeout,      ///< a limiter's queue-wait timeout or the deadline ended a wait in its queue
 };
 
-/// `circuit_open`, `isolated`, `rate_limit` or `concurrency_limit` (the metric tag values).
+/// `circuit_open`, `isolated`, `rate_limit`, `concurrency_limit`, `throttle` or `queue_timeout`
+/// (the metric tag values).
 [[nodiscard]] const char* to_string(RejectionKind kind) noexcept;
 
 // ---- event kinds: an open set ------------------------------------------------------------------

@@ -42,7 +42,9 @@ TEST(Errors, EveryCodeHasItsOwnMessageAndAnUnknownValueIsNamed) {
       {errc::closed, "closed"},
       {errc::callback_exception, "carries no error code"},
       {errc::invalid_result_type, "does not match the call's result type"},
-      {errc::executor_required, "asio::bind_executor"}};
+      {errc::executor_required, "asio::bind_executor"},
+      {errc::throttled, "throttled locally"},
+      {errc::queue_timeout, "queue-wait timeout"}};
   std::set<std::string> messages;
   for (const auto& [code, needle] : codes) {
     const std::string m = make_error_code(code).message();

@@ -119,6 +119,8 @@ kevlar_rejections_total{kevlar_shield_name="api",kevlar_rejection_type="circuit_
 kevlar_rejections_total{kevlar_shield_name="api",kevlar_rejection_type="isolated"} 0
 kevlar_rejections_total{kevlar_shield_name="api",kevlar_rejection_type="rate_limit"} 0
 kevlar_rejections_total{kevlar_shield_name="api",kevlar_rejection_type="concurrency_limit"} 0
+kevlar_rejections_total{kevlar_shield_name="api",kevlar_rejection_type="throttle"} 0
+kevlar_rejections_total{kevlar_shield_name="api",kevlar_rejection_type="queue_timeout"} 0
 # HELP kevlar_circuit_breaker_state Circuit breaker state: 0 closed, 1 open, 2 half-open, 3 isolated.
 # TYPE kevlar_circuit_breaker_state gauge
 kevlar_circuit_breaker_state{kevlar_shield_name="api",kevlar_strategy_index="1"} 0

@@ -100,9 +100,10 @@ enum Slot : std::size_t {
   fallbacks,
   hedges,
   rejections,  // + RejectionKind
-  histograms = rejections + 4,
+  histograms = rejections + 6,
 };
-constexpr std::size_t rejection_kinds = 4;
+constexpr std::size_t rejection_kinds = 6;
+static_assert(static_cast<std::size_t>(RejectionKind::queue_timeout) + 1 == rejection_kinds);
 constexpr std::size_t chaos_kinds = 4;
 
 std::size_t default_shards() {
