@@ -3,6 +3,7 @@
 // thread as a timeout's is: the loop stays idle), and when the first attempt fails and the second,
 // launched with it, wins (delay 0: no deadline). BM_Hedging/one_layer_control is the same loop
 // through one pass-through strategy (BM_Overhead/one_layer_async's shape), in the same binary.
+// BM_Hedging/second_attempt_wins_budget: the same, the hedge admitted by a RetryBudget.
 #include "bench_support.hpp"
 #include "pass_through.hpp"
 
@@ -62,8 +63,22 @@ void BM_Hedging_second_attempt_wins(benchmark::State& state) {
       FailFirstAttempt{});
 }
 
+void BM_Hedging_second_attempt_wins_budget(benchmark::State& state) {
+  kevlar::HedgeOptions o;
+  o.max_attempts = 2;
+  o.delay = 0s;
+  o.budget = kevlar::RetryBudget::concurrency();
+  static const kevlar::Shield s = kevlar::Shield{}.hedge(o);
+  kevlar::bench::run_async_calls(
+      state, s,
+      "idle loop; the hedge admitted by a concurrency budget; compare "
+      "BM_Hedging/second_attempt_wins",
+      release_timers, FailFirstAttempt{});
+}
+
 }  // namespace
 
 BENCHMARK(BM_Hedging_one_layer_control)->Name("BM_Hedging/one_layer_control");
 BENCHMARK(BM_Hedging_first_attempt_wins)->Name("BM_Hedging/first_attempt_wins");
 BENCHMARK(BM_Hedging_second_attempt_wins)->Name("BM_Hedging/second_attempt_wins");
+BENCHMARK(BM_Hedging_second_attempt_wins_budget)->Name("BM_Hedging/second_attempt_wins_budget");

@@ -46,6 +46,7 @@ CONTROLS = [
     (r"BM_Hedging/one_layer_control", RAW_ASYNC),
     (r"BM_Hedging/first_attempt_wins", RAW_ASYNC),
     (r"BM_Hedging/second_attempt_wins", "BM_Hedging/one_layer_control"),
+    (r"BM_Hedging/second_attempt_wins_budget", "BM_Hedging/second_attempt_wins"),
     # A queued-handoff pair against the same pair without a limiter, same caller and regime.
     (r"BM_QueuedHandoffPair/no_limiter_control/.*", None),
     (r"BM_QueuedHandoffPair/\w+/(\w+)/(\w+)", r"BM_QueuedHandoffPair/no_limiter_control/\1/\2"),
@@ -57,6 +58,11 @@ CONTROLS = [
     (r"BM_AdaptiveLimit/uncontended_sync.*", "BM_ConcurrencyLimit/uncontended_sync"),
     (r"BM_AdaptiveLimit/uncontended_async.*", "BM_ConcurrencyLimit/uncontended_async"),
     (r"BM_AdaptiveLimit/window_update/.*", None),
+    # The adaptive throttle rejecting nothing against an empty shield, same loop and regime.
+    (r"BM_AdaptiveThrottle/empty_shield_control", RAW_SYNC),
+    (r"BM_AdaptiveThrottle/empty_shield_control_async", RAW_ASYNC),
+    (r"BM_AdaptiveThrottle/closed", "BM_AdaptiveThrottle/empty_shield_control"),
+    (r"BM_AdaptiveThrottle/closed_async", "BM_AdaptiveThrottle/empty_shield_control_async"),
     # Observers against the same named shield unobserved; that one against the pipeline.
     (r"BM_Observability/unobserved", "BM_Pipeline/timeout_retry_breaker"),
     (r"BM_Observability/.*", "BM_Observability/unobserved"),
@@ -77,6 +83,12 @@ CONTROLS = [
     (r"BM_RateLimit/contended_control/.*", None),
     (r"BM_RateLimit/contended/(.*)", r"BM_RateLimit/contended_control/\1"),
     (r"BM_RateLimit/.*", RAW_SYNC),
+    # A retry holding a budget against the same retry without one; a budget's admission against
+    # one relaxed increment and decrement.
+    (r"BM_RetryBudget/plain_retry", RAW_SYNC),
+    (r"BM_RetryBudget/admission/control", None),
+    (r"BM_RetryBudget/admission/.*", "BM_RetryBudget/admission/control"),
+    (r"BM_RetryBudget/.*", "BM_RetryBudget/plain_retry"),
     # Two failures then success against the same two throws without a strategy.
     (r"BM_Retry/two_failures_then_success", "BM_Retry/raw_two_exceptions"),
     (r"BM_(Retry|Fallback)/.*_async", RAW_ASYNC),
@@ -101,6 +113,10 @@ INSTRUCTIONS = {
     "BM_Overhead/one_layer_sync": "pass_through",
     "BM_RateLimit/control_pass_through": "pass_through",
     "BM_Retry/success_first_attempt": "retry",
+    "BM_RetryBudget/plain_retry": "retry",
+    "BM_RetryBudget/tokens": "retry_budget_tokens",
+    "BM_RetryBudget/rate": "retry_budget_rate",
+    "BM_RetryBudget/concurrency": "retry_budget_concurrency",
     "BM_Timeout/completes_instantly": "timeout",
     "BM_Pipeline/single/timeout": "timeout",
     "BM_CircuitBreaker/ratio_closed_success": "circuit_breaker",
@@ -129,6 +145,7 @@ INSTRUCTIONS = {
     "BM_Pipeline/five_strategies_async": "async_five_strategies",
     "BM_Hedging/first_attempt_wins": "async_hedge_first_wins",
     "BM_Hedging/second_attempt_wins": "async_hedge_second_wins",
+    "BM_Hedging/second_attempt_wins_budget": "async_hedge_second_wins_budget",
     "BM_QueuedHandoffPair/unpaired/callback/idle": "pair_unpaired_callback",
     "BM_QueuedHandoffPair/unpaired/coroutine/idle": "pair_unpaired_coroutine",
     "BM_QueuedHandoffPair/no_limiter_control/callback/idle": "pair_no_limiter_control_callback",

@@ -161,6 +161,17 @@ kevlar::Shield make(const char* name) {
   if (std::strcmp(name, "empty") == 0) return empty;
   if (std::strcmp(name, "pass_through") == 0) return empty.use(std::make_shared<PassThrough>());
   if (std::strcmp(name, "retry") == 0) return empty.retry(3);
+  // The same retry holding a budget of each mode (compare with retry): the happy path feeds the
+  // tokens mode a success at capacity, deposits into the rate window, counts the concurrency
+  // mode's execution in and out.
+  if (std::strncmp(name, "retry_budget_", 13) == 0) {
+    kevlar::RetryOptions o;
+    const std::string mode = name + 13;
+    if (mode == "tokens") o.budget = kevlar::RetryBudget::tokens();
+    if (mode == "rate") o.budget = kevlar::RetryBudget::rate();
+    if (mode == "concurrency") o.budget = kevlar::RetryBudget::concurrency();
+    if (o.budget) return empty.retry(o);
+  }
   if (std::strcmp(name, "timeout") == 0) return empty.timeout(10s);
   if (std::strcmp(name, "circuit_breaker") == 0) {
     kevlar::CircuitBreakerOptions o;
@@ -198,6 +209,15 @@ kevlar::Shield make(const char* name) {
   if (std::strcmp(name, "hedge_second_wins") == 0) {
     fail_first_attempt = true;
     return empty.hedge(2, 0s);
+  }
+  // The same, the hedge admitted by a concurrency budget and given back when its attempt ends.
+  if (std::strcmp(name, "hedge_second_wins_budget") == 0) {
+    fail_first_attempt = true;
+    kevlar::HedgeOptions o;
+    o.max_attempts = 2;
+    o.delay = 0s;
+    o.budget = kevlar::RetryBudget::concurrency();
+    return empty.hedge(o);
   }
   kevlar::CircuitBreakerOptions ratio;
   ratio.failure_ratio = 0.1;

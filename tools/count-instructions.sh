@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per call (callgrind) of an empty shield, one pass-through strategy and each built-in
 # strategy (and the rate limit's control: a pass-through layer reading the clock and doing one
-# CAS), synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
+# CAS; retry_budget_*: retry(3) holding a budget of each mode), synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
 # execute_async calls on an io_context; async_hedge_*: a hedge whose first attempt wins before its
 # delay, or fails and the second wins), of timeout -> retry -> breaker with observers
 # (observed_trb_*: an observer doing nothing, the metrics observer, the spdlog observer, both),
@@ -31,6 +31,7 @@ modes=(
   "concurrency_limit 100000" "fallback 100000" "rate_limit 100000" "clock_cas_control 100000"
   "chaos_disabled 100000"
   "adaptive_concurrency_limit 100000" "adaptive_concurrency_limit_sampled 100000"
+  "retry_budget_tokens 100000" "retry_budget_rate 100000" "retry_budget_concurrency 100000"
   "timeout_retry_breaker 100000"
   "five_strategies 100000"
   "async_empty 20000" "async_pass_through 20000" "async_retry 20000" "async_timeout 20000"
@@ -38,6 +39,7 @@ modes=(
   "async_adaptive_concurrency_limit 20000"
   "async_timeout_retry_breaker 20000" "async_five_strategies 20000"
   "async_hedge_first_wins 20000" "async_hedge_second_wins 10000"
+  "async_hedge_second_wins_budget 10000"
   "pair_unpaired_callback 10000" "pair_unpaired_coroutine 5000"
   "pair_no_limiter_control_callback 10000" "pair_no_limiter_control_coroutine 5000"
   "pair_shield_control_callback 10000" "pair_shield_control_coroutine 5000"

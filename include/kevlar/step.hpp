@@ -259,7 +259,9 @@ struct StrategyTraits {
   bool needs_inner_complete = true;
   /// False if the strategy keeps Strategy's default on_finish (which does nothing): the engine
   /// then skips the call. Computed like needs_inner_complete (BasicStrategy: Derived declares
-  /// `finish`, or its Frame is not trivially destructible).
+  /// `finish`, or its Frame is not trivially destructible); a BasicStrategy whose `finish` has
+  /// nothing to do for one instance (a retry without a budget) clears it in strategy_traits(),
+  /// which BasicStrategy overrides for a frame with a destructor.
   bool needs_finish = true;
 };
 

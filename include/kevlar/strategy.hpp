@@ -110,7 +110,10 @@ class BasicStrategy : public Strategy {
     // Set outright: on_inner_complete and on_finish are this class's, final, whatever Derived's
     // strategy_traits() said.
     t.needs_inner_complete = !keeps_default_inner_complete();
-    t.needs_finish = !(keeps_default_finish() && std::is_trivially_destructible_v<Frame>);
+    // Derived's strategy_traits() may clear needs_finish for an instance whose finish has nothing
+    // to do (a retry without a budget), never for a frame that must be destroyed.
+    t.needs_finish = !std::is_trivially_destructible_v<Frame> ||
+                     (t.needs_finish && !keeps_default_finish());
     return t;
   }
   Step on_start(Layer& layer) final {

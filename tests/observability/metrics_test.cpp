@@ -296,6 +296,38 @@ TEST_F(Metrics, LimiterGaugesAreReadFromTheLimiter) {
   EXPECT_EQ(s.value("kevlar.concurrency_limit.capacity", tags), 3);
 }
 
+TEST_F(Metrics, RetryBudgetRefusalsAreCountedByKindAndItsBalanceIsReadFromIt) {
+  const auto budget = RetryBudget::tokens({.max_tokens = 4, .token_ratio = 1});
+  RetryOptions options;
+  options.max_retries = 5;
+  options.backoff = Backoff::none();
+  options.budget = budget;
+  const Shield shield = Shield{}.with_name("b").retry(options).observed_by(metrics);
+  EXPECT_THROW(shield.execute(failing), std::runtime_error);  // 2 calls, then refused
+  EXPECT_THROW(shield.execute(failing), std::runtime_error);  // refused after the first call
+  const MetricsSnapshot s = metrics->snapshot();
+  EXPECT_EQ(s.value("kevlar.retry_budget.exhausted",
+                    {{"kevlar.shield.name", "b"}, {"kevlar.attempt.kind", "retry"}}),
+            2);
+  EXPECT_EQ(s.value("kevlar.retry_budget.exhausted",
+                    {{"kevlar.shield.name", "b"}, {"kevlar.attempt.kind", "hedge"}}),
+            0);
+  EXPECT_EQ(s.value("kevlar.retries", {{"kevlar.shield.name", "b"}}), 1);
+  EXPECT_EQ(s.value("kevlar.retry_budget.balance", {{"kevlar.shield.name", "b"},
+                                                    {"kevlar.strategy.index", "0"},
+                                                    {"kevlar.retry_budget.mode", "tokens"}}),
+            1);
+  // A retry without a budget has no balance series.
+  const Shield plain = Shield{}.with_name("p").retry(1).observed_by(metrics);
+  EXPECT_EQ(plain.execute([] { return 1; }), 1);
+  bool plain_balance = false;
+  for (const Series& series : metrics->snapshot().series) {
+    plain_balance = plain_balance || (series.name == "kevlar.retry_budget.balance" &&
+                                      series.tag("kevlar.shield.name") == "p");
+  }
+  EXPECT_FALSE(plain_balance);
+}
+
 TEST_F(Metrics, RateLimitGaugesAreReadOnTheObserversClock) {
   MetricsOptions o;
   o.clock = clock;

@@ -113,6 +113,10 @@ kevlar_fallbacks_total{kevlar_shield_name="api"} 0
 # HELP kevlar_hedges_total Hedged attempts launched (the first attempt is not one).
 # TYPE kevlar_hedges_total counter
 kevlar_hedges_total{kevlar_shield_name="api"} 0
+# HELP kevlar_retry_budget_exhausted_total Retries and hedges a retry budget refused, by kind of attempt.
+# TYPE kevlar_retry_budget_exhausted_total counter
+kevlar_retry_budget_exhausted_total{kevlar_shield_name="api",kevlar_attempt_kind="retry"} 0
+kevlar_retry_budget_exhausted_total{kevlar_shield_name="api",kevlar_attempt_kind="hedge"} 0
 # HELP kevlar_rejections_total Calls refused without running, by the kind of refusal.
 # TYPE kevlar_rejections_total counter
 kevlar_rejections_total{kevlar_shield_name="api",kevlar_rejection_type="circuit_open"} 0

@@ -294,28 +294,24 @@ TEST(SynchronousWaits, AnOuterTimeoutEndsTheRateLimitsTurnAndDueTimeWaits) {
   EXPECT_EQ(Shield{}.use(rate).with_clock(clock).execute([] { return 5; }), 5);
 }
 
-/// A retry's backoff under a total budget: the backoff that would end past the deadline is cut at
-/// it, and no attempt starts after it.
-TEST(SynchronousWaits, AnOuterTimeoutEndsARetryBackoff) {
+/// A retry's backoff under a total budget: a backoff that would end past the deadline is not
+/// started at all (the retry's deadline rule): the last real failure surfaces at once, with no
+/// sleep and no errc::timeout. (A wait the engine cuts at the deadline: exchange_deadline_test.)
+TEST(SynchronousWaits, AnOuterTimeoutStopsARetryWhoseBackoffWouldEndPastIt) {
   auto clock = ManualClock::create();
   RetryOptions r;
   r.max_retries = 3;
   r.backoff = Backoff::constant(10s);
   const Shield shield = Shield{}.timeout(1s).retry(r).with_clock(clock);
-  std::atomic<int> attempts{0};
-  std::optional<Outcome<int>> result;
-  std::thread caller([&] {
-    result = shield.execute_outcome([&]() -> int {
-      ++attempts;
-      throw std::runtime_error("refused");
-    });
+  int attempts = 0;
+  const Outcome<int> result = shield.execute_outcome([&]() -> int {
+    ++attempts;
+    throw std::runtime_error("refused");
   });
-  clock->wait_for_sleepers(1);
-  clock->advance(1s);
-  caller.join();
-  ASSERT_TRUE(result.has_value());
-  EXPECT_EQ(result->error(), errc::timeout);
-  EXPECT_EQ(attempts.load(), 1);
+  ASSERT_TRUE(result.has_exception());
+  EXPECT_THROW(std::rethrow_exception(result.exception()), std::runtime_error);
+  EXPECT_EQ(attempts, 1);
+  EXPECT_EQ(clock->now(), ManualClock::time_point{std::chrono::hours(1)}) << "nothing slept";
 }
 
 /// A chaos latency under a budget ends at it, and the call never runs.

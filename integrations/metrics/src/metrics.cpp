@@ -99,7 +99,8 @@ enum Slot : std::size_t {
   timeouts,
   fallbacks,
   hedges,
-  rejections,  // + RejectionKind
+  budget_exhausted,  // + 0 retry, 1 hedge
+  rejections = budget_exhausted + 2,  // + RejectionKind
   histograms = rejections + 6,
 };
 constexpr std::size_t rejection_kinds = 6;
@@ -130,6 +131,12 @@ constexpr Instrument fallbacks_i{"kevlar.fallbacks", InstrumentKind::counter, "{
                                  "Handled failures a fallback replaced."};
 constexpr Instrument hedges_i{"kevlar.hedges", InstrumentKind::counter, "{hedge}",
                               "Hedged attempts launched (the first attempt is not one)."};
+constexpr Instrument budget_exhausted_i{
+    "kevlar.retry_budget.exhausted", InstrumentKind::counter, "{attempt}",
+    "Retries and hedges a retry budget refused, by kind of attempt."};
+constexpr Instrument budget_balance{"kevlar.retry_budget.balance", InstrumentKind::gauge, "{attempt}",
+                                    "What a retry budget allows now: its tokens (tokens mode), or "
+                                    "the retries and hedges it would admit (rate, concurrency)."};
 constexpr Instrument rejections_i{"kevlar.rejections", InstrumentKind::counter, "{rejection}",
                                   "Calls refused without running, by the kind of refusal."};
 constexpr Instrument chaos_i{"kevlar.chaos.injections", InstrumentKind::counter, "{injection}",
@@ -173,6 +180,13 @@ void add_name_tag(Series& s, const std::optional<std::string>& name) {
 
 constexpr const char* circuit_names[] = {"closed", "open", "half_open", "isolated"};
 
+/// The retry budget a retry or a hedge holds, or nullptr.
+const RetryBudget* budget_of(const Strategy& s) noexcept {
+  if (const auto* r = dynamic_cast<const RetryStrategy*>(&s)) return r->options().budget.get();
+  if (const auto* h = dynamic_cast<const HedgeStrategy*>(&s)) return h->options().budget.get();
+  return nullptr;
+}
+
 }  // namespace
 
 struct MetricsObserver::Group {
@@ -189,7 +203,7 @@ struct MetricsObserver::Group {
 };
 
 struct MetricsObserver::Gauge {
-  enum class Kind : unsigned char { breaker, limiter, rate_limit, adaptive_limiter };
+  enum class Kind : unsigned char { breaker, limiter, rate_limit, adaptive_limiter, budget };
   Kind kind;
   std::optional<std::string> name;
   std::size_t index;
@@ -264,7 +278,7 @@ MetricsObserver::Group* MetricsObserver::group(const std::string* name) noexcept
 
 EventKinds MetricsObserver::interests() const {
   return event_kinds<ExecutionFinished, RetryScheduled, TimeoutFired, FallbackTaken, Rejected,
-                     BreakerTransition, HedgeLaunched, ChaosInjected>();
+                     BreakerTransition, HedgeLaunched, ChaosInjected, RetryBudgetExhausted>();
 }
 
 void MetricsObserver::on_shield(ShieldInfo& shield) {
@@ -281,6 +295,8 @@ void MetricsObserver::on_shield(ShieldInfo& shield) {
       kind = Gauge::Kind::adaptive_limiter;
     } else if (dynamic_cast<const RateLimitStrategy*>(s.get()) != nullptr) {
       kind = Gauge::Kind::rate_limit;
+    } else if (budget_of(*s) != nullptr) {
+      kind = Gauge::Kind::budget;
     } else {
       continue;
     }
@@ -343,6 +359,8 @@ void MetricsObserver::on_event(const Event& event) noexcept {
     slot = rejections + static_cast<std::size_t>(r->kind);
   } else if (event.is<HedgeLaunched>()) {
     slot = hedges;
+  } else if (const auto* b = event.get_if<RetryBudgetExhausted>()) {
+    slot = budget_exhausted + (b->hedge ? 1 : 0);
   } else {  // AttemptStarted, LimiterStateChanged (the gauges are read from the strategies), and
             // kinds this observer does not know
     return;
@@ -427,6 +445,15 @@ MetricsSnapshot MetricsObserver::snapshot() const {
   counters(fallbacks_i, fallbacks);
   counters(hedges_i, hedges);
   for (const Group* g : groups) {
+    for (std::size_t k = 0; k < 2; ++k) {
+      Series s = make_series(budget_exhausted_i);
+      add_name_tag(s, g->name);
+      s.tags.push_back({"kevlar.attempt.kind", k == 0 ? "retry" : "hedge"});
+      s.value = static_cast<double>(g->counters.sum(budget_exhausted + k));
+      out.series.push_back(std::move(s));
+    }
+  }
+  for (const Group* g : groups) {
     for (std::size_t k = 0; k < rejection_kinds; ++k) {
       Series s = make_series(rejections_i);
       add_name_tag(s, g->name);
@@ -467,7 +494,8 @@ MetricsSnapshot MetricsObserver::snapshot() const {
   }
 
   // Gauges, read from the live strategies; aliases of destroyed ones are dropped.
-  std::vector<Series> breaker, inflight, queued, capacity, limit, samples, available, rate_waiting;
+  std::vector<Series> breaker, inflight, queued, capacity, limit, samples, available, rate_waiting,
+      balance;
   const Clock& clock = options_.clock ? *options_.clock : *Clock::steady();
   {
     const std::lock_guard lock(gauges_mutex_);
@@ -485,7 +513,12 @@ MetricsSnapshot MetricsObserver::snapshot() const {
         series.value = v;
         return series;
       };
-      if (g.kind == Gauge::Kind::breaker) {
+      if (g.kind == Gauge::Kind::budget) {
+        const RetryBudget* b = budget_of(*s);
+        Series series = tagged(budget_balance, b->balance());
+        series.tags.push_back({"kevlar.retry_budget.mode", to_string(b->mode())});
+        balance.push_back(std::move(series));
+      } else if (g.kind == Gauge::Kind::breaker) {
         const auto& b = static_cast<const CircuitBreaker&>(*s);
         breaker.push_back(tagged(breaker_state, static_cast<double>(b.state())));
       } else if (g.kind == Gauge::Kind::rate_limit) {
@@ -516,7 +549,8 @@ MetricsSnapshot MetricsObserver::snapshot() const {
     }
   }
   for (std::vector<Series>* v :
-       {&breaker, &inflight, &queued, &capacity, &limit, &samples, &available, &rate_waiting}) {
+       {&breaker, &inflight, &queued, &capacity, &limit, &samples, &available, &rate_waiting,
+        &balance}) {
     for (Series& s : *v) out.series.push_back(std::move(s));
   }
   return out;

@@ -44,7 +44,9 @@ level_enum level_of(const Event& e) {
   }
   if (e.is<AttemptStarted>() || e.is<LimiterStateChanged>()) return level_enum::debug;
   if (e.is<RetryScheduled>() || e.is<FallbackTaken>()) return level_enum::info;
-  if (e.is<TimeoutFired>() || e.is<Rejected>()) return level_enum::warn;
+  if (e.is<TimeoutFired>() || e.is<Rejected>() || e.is<RetryBudgetExhausted>()) {
+    return level_enum::warn;
+  }
   if (const auto* t = e.get_if<BreakerTransition>()) {
     return t->to == CircuitState::open || t->to == CircuitState::isolated ? level_enum::warn
                                                                           : level_enum::info;
@@ -174,6 +176,9 @@ void format_event(fmt::memory_buffer& out, const Event& event) {
     fmt::format_to(it, " limit={}->{} reason={} samples={} dropped={} rtt=", a->old_limit,
                    a->new_limit, to_string(a->reason), a->samples, a->dropped);
     append_duration(out, a->average_rtt);
+  } else if (const auto* b = event.get_if<RetryBudgetExhausted>()) {
+    fmt::format_to(it, " budget.mode={} attempt.kind={} attempt={} budget.balance={}",
+                   to_string(b->mode), b->hedge ? "hedge" : "retry", b->attempt, b->balance);
   } else if (const auto* h = event.get_if<HedgeLaunched>()) {
     fmt::format_to(it, " attempt={}", h->attempt);
   } else if (const auto* c = event.get_if<ChaosInjected>()) {

@@ -10,6 +10,7 @@
 namespace kevlar {
 
 static_assert(std::is_trivially_destructible_v<detail::DeadlineEntry>);
+static_assert(HedgeOptions::max_max_attempts <= 16, "one bit per attempt in HedgeFrame::budgeted");
 
 namespace {
 
@@ -51,9 +52,10 @@ StrategyTraits HedgeStrategy::strategy_traits() const noexcept {
 
 Step HedgeStrategy::start(Layer& layer, Frame& f) {
   if (options_.max_attempts == 1) return Step::run_inner;  // a pass-through, in any execution
+  if (options_.budget) options_.budget->execution_started();
   layer.start_attempt();
   if (options_.delay == Clock::duration::zero()) {
-    while (launch_next(layer)) {
+    while (launch_next(layer, f)) {
     }
   } else {
     arm_stagger(layer, f);
@@ -70,22 +72,42 @@ Step HedgeStrategy::inner_complete(Layer& layer, Frame& f) {
 Step HedgeStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
   (void)ec;  // the stagger is never cancelled: it is disarmed
   f.armed = false;  // it fired
-  if (launch_next(layer)) arm_stagger(layer, f);
+  // A stagger the budget refused still re-arms: a later one asks again.
+  const bool launched = launch_next(layer, f);
+  if (launched || options_.budget) arm_stagger(layer, f);
   return parked(layer);
 }
 
 Step HedgeStrategy::attempt_complete(Layer& layer, Frame& f, std::uint32_t attempt) {
-  (void)attempt;
-  if (!layer.handled()) return Step::complete;  // the winner: the others are cancelled
+  const bool handled = layer.handled();
+  if (options_.budget) account(layer, f, attempt, handled);
+  if (!handled) return Step::complete;  // the winner: the others are cancelled
   // A handled failure launches the next attempt at once; either way a fresh full delay starts.
-  launch_next(layer);
+  launch_next(layer, f);
   arm_stagger(layer, f);
   return parked(layer);
+}
+
+void HedgeStrategy::account(Layer& layer, Frame& f, std::uint32_t attempt, bool handled) noexcept {
+  RetryBudget& budget = *options_.budget;
+  const auto bit = static_cast<std::uint16_t>(1U << attempt);
+  if ((f.budgeted & bit) != 0) {
+    f.budgeted = static_cast<std::uint16_t>(f.budgeted & ~bit);
+    budget.release_attempt();
+  }
+  budget.record(layer.outcome(), handled);
 }
 
 void HedgeStrategy::finish(Layer& layer, Frame& f) noexcept {
   (void)layer;
   disarm(f);
+  if (options_.max_attempts == 1 || !options_.budget) return;
+  // Attempts cancelled once a winner was found are never reported: give their admissions back.
+  for (std::uint16_t held = f.budgeted; held != 0; held = static_cast<std::uint16_t>(held & (held - 1))) {
+    options_.budget->release_attempt();
+  }
+  f.budgeted = 0;
+  options_.budget->execution_finished();
 }
 
 Step HedgeStrategy::parked(Layer& layer) noexcept {
@@ -94,19 +116,39 @@ Step HedgeStrategy::parked(Layer& layer) noexcept {
   return layer.attempts_running() == 0 ? Step::complete : Step::suspend;
 }
 
-bool HedgeStrategy::launch_next(Layer& layer) {
+bool HedgeStrategy::launch_next(Layer& layer, Frame& f) {
   const std::uint32_t attempt = layer.attempts_started() + 1;
   // Not once the call is cancelled, nor once an outer deadline has passed (its expiry may still
   // be on its way: the stagger can fire first).
   if (attempt > options_.max_attempts || detail::cancelled_meanwhile(layer)) return false;
+  RetryBudget* const budget = options_.budget.get();
+  if (budget != nullptr) {
+    if (!budget->try_acquire()) {
+      if (layer.wants<RetryBudgetExhausted>()) {
+        layer.emit(RetryBudgetExhausted{budget->mode(), true, attempt, budget->balance()});
+      }
+      return false;
+    }
+  }
+  // Given back if the attempt does not start (a hook threw, or the call was cancelled in it).
+  struct Admission {
+    RetryBudget* budget;
+    ~Admission() {
+      if (budget != nullptr) budget->release_attempt();
+    }
+  } admission{budget};
   if (options_.on_hedge) {
     options_.on_hedge(HedgeEvent{attempt, layer.context()});
     if (detail::cancelled_meanwhile(layer)) return false;  // cancelled inside the hook
   }
-  layer.start_attempt([&](Context& context) {
+  const std::uint32_t id = layer.start_attempt([&](Context& context) {
     if (options_.action_generator) options_.action_generator(HedgeActionArguments{attempt, context});
     layer.emit(HedgeLaunched{attempt});
   });
+  if (budget != nullptr) {
+    f.budgeted = static_cast<std::uint16_t>(f.budgeted | (1U << id));
+    admission.budget = nullptr;  // the attempt holds it until it is reported
+  }
   return true;
 }
 

@@ -18,7 +18,8 @@ namespace kevlar {
 
 // ---- RetryStrategy ------------------------------------------------------------------------------
 
-RetryStrategy::RetryStrategy(RetryOptions options) : options_(std::move(options)) {
+RetryStrategy::RetryStrategy(RetryOptions options)
+    : options_(std::move(options)), budget_(options_.budget.get()) {
   if (options_.max_retries < 0) {
     throw std::invalid_argument("kevlar::RetryOptions: max_retries must not be negative (got " +
                                 std::to_string(options_.max_retries) + ")");
@@ -54,17 +55,48 @@ StrategyTraits RetryStrategy::strategy_traits() const noexcept {
   StrategyTraits t;
   t.role = StrategyRole::reactive;
   t.clause = own_clause_;
+  // finish() only gives back to a budget that counts executions or admissions in flight.
+  t.needs_finish = budget_ != nullptr && budget_->mode() == RetryBudgetMode::concurrency;
   return t;
 }
 
 Step RetryStrategy::start(Layer& layer, Frame& f) {
   (void)layer;
-  (void)f;  // value-initialised: no retry used yet
+  if (budget_ != nullptr) [[unlikely]] {
+    f.holding = false;
+    budget_->execution_started();
+  }
   return Step::run_inner;
+}
+
+void RetryStrategy::finish(Layer& layer, Frame& f) noexcept {
+  (void)layer;
+  if (budget_ == nullptr) return;
+  if (f.holding) budget_->release_attempt();
+  budget_->execution_finished();
+}
+
+Step RetryStrategy::budgeted_inner_complete(Layer& layer, Frame& f) {
+  if (f.holding) {  // the attempt the budget admitted has ended
+    f.holding = false;
+    budget_->release_attempt();
+  }
+  if (layer.plain_success()) {
+    budget_->record_success();
+    return Step::complete;
+  }
+  const bool handled = layer.handled();
+  budget_->record(layer.outcome(), handled);
+  if (!handled || f.used >= options_.max_retries) return Step::complete;
+  return retry_handled(layer, f);
 }
 
 Step RetryStrategy::retry(Layer& layer, Frame& f) {
   if (!layer.handled()) return Step::complete;
+  return retry_handled(layer, f);
+}
+
+Step RetryStrategy::retry_handled(Layer& layer, Frame& f) {
   if (detail::cancelled_meanwhile(layer)) return Step::complete;  // the original failure surfaces
   const int attempt = ++f.used;
   Clock::duration delay =
@@ -94,6 +126,24 @@ Step RetryStrategy::retry(Layer& layer, Frame& f) {
 
 Step RetryStrategy::after_delay_generators(Layer& layer, Frame& f) {
   const int attempt = f.used;
+  // A wait that would end at or past the execution's deadline cannot be followed by an attempt:
+  // the last real failure surfaces now, instead of the deadline's cancellation later.
+  const Clock::time_point deadline = layer.context().deadline();
+  if (deadline != Clock::time_point::max() && layer.clock().now() + f.delay >= deadline) {
+    return Step::complete;
+  }
+  if (budget_ != nullptr) {
+    if (!budget_->try_acquire()) {
+      if (layer.wants<RetryBudgetExhausted>()) {
+        layer.emit(RetryBudgetExhausted{budget_->mode(), false,
+                                        static_cast<std::uint32_t>(attempt) + 1,
+                                        budget_->balance()});
+      }
+      return Step::complete;
+    }
+    // Only the concurrency mode counts admissions in flight (release_attempt).
+    f.holding = budget_->mode() == RetryBudgetMode::concurrency;
+  }
   if (layer.wants<RetryScheduled>()) {
     layer.emit(RetryScheduled{attempt, f.delay, detail::failure_of_outcome(layer.outcome())});
   }

@@ -6,6 +6,7 @@
 #include <kevlar/context.hpp>
 #include <kevlar/detail/deadline_queue.hpp>
 #include <kevlar/observer.hpp>
+#include <kevlar/retry_budget.hpp>
 #include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 
@@ -66,6 +67,11 @@ struct HedgeOptions {
   /// The outcomes this hedge treats as failures (launching the next attempt, never winning),
   /// instead of the ambient clause (Shield::when) where it is added. Unset: the ambient one.
   std::optional<Clause> handles;
+  /// A budget shared with retries and other hedges (and other shields): each hedged attempt (2,
+  /// 3, ...) must be admitted by it before its hooks run; a refused one is not launched
+  /// (RetryBudgetExhausted), and a later stagger or handled failure asks again. Every reported
+  /// attempt's outcome feeds it (a success gives back, a handled failure takes). Null: no budget.
+  std::shared_ptr<RetryBudget> budget;
 };
 
 namespace detail {
@@ -82,6 +88,8 @@ struct HedgeFrame {
     DeadlineEntry entry;  // trivially destructible: nothing to end
   };
   bool armed = false;
+  /// Attempts (by id) the budget admitted that have not been reported yet.
+  std::uint16_t budgeted = 0;
 };
 
 }  // namespace detail
@@ -133,14 +141,17 @@ class HedgeStrategy final : public BasicStrategy<HedgeStrategy, detail::HedgeFra
   [[nodiscard]] const HedgeOptions& options() const noexcept { return options_; }
 
  private:
-  /// Launches the next hedged attempt unless all are launched or the call is cancelled (running
-  /// the hooks first); true if it launched one.
-  bool launch_next(Layer& layer);
+  /// Launches the next hedged attempt unless all are launched, the call is cancelled or the
+  /// budget refuses (running the hooks first); true if it launched one.
+  bool launch_next(Layer& layer, Frame& f);
   /// Step::suspend while attempts run, else Step::complete with the last outcome reported.
   static Step parked(Layer& layer) noexcept;
   /// Starts a fresh full stagger if another attempt may still be launched on a timer.
   void arm_stagger(Layer& layer, Frame& f);
   static void disarm(Frame& f) noexcept;
+
+  /// Feeds the budget the outcome of reported attempt `attempt`, and gives back its admission.
+  void account(Layer& layer, Frame& f, std::uint32_t attempt, bool handled) noexcept;
 
   HedgeOptions options_;
   std::shared_ptr<const Clause> own_clause_;  ///< options_.handles

@@ -6,6 +6,7 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/outcome.hpp>
+#include <kevlar/retry_budget.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
@@ -89,6 +90,12 @@ struct RetryOptions {
   /// The outcomes this retry handles, instead of the ambient clause (Shield::when) in force where
   /// it is added (Kevlar's HandlesException / HandlesResult). Unset: the ambient clause.
   std::optional<Clause> handles;
+  /// A budget shared with other retries and hedges (and other shields): each retry must be
+  /// admitted by it, after the delay generators and before RetryScheduled; a refused retry ends
+  /// the execution with the last failure and emits RetryBudgetExhausted. Every attempt's outcome
+  /// feeds it (a success gives back, a handled failure takes: RetryBudget::record_*). Null: no
+  /// budget (nothing is counted).
+  std::shared_ptr<RetryBudget> budget;
 };
 
 namespace detail {
@@ -100,6 +107,9 @@ struct RetryFrame {
   /// never retries, stores one int).
   RetryFrame() noexcept : used(0) {}
   int used;                  ///< retries used by the execution
+  /// With a budget (set by start, before it is read): the running attempt was admitted by the
+  /// budget, which gets the admission back when the attempt ends.
+  bool holding;
   Clock::duration previous;  ///< the backoff's delay for the last retry (decorrelated jitter)
   Clock::duration delay;     ///< the retry being decided: its delay so far
   Stage stage;               ///< the pending wait
@@ -115,7 +125,10 @@ struct RetryFrame {
 /// last failure — when the retries are used up, the clause does not handle the outcome, or the
 /// caller has cancelled (the original failure is returned, not a cancellation). Otherwise: delay =
 /// backoff.delay(n, previous), capped by max_delay; delay_generator, then delay_generator_async,
-/// each result capped again; on_retry, then on_retry_async; if the caller cancelled during the
+/// each result capped again. It stops there too, with the last failure, if the wait would end at
+/// or past the execution's deadline (Context::deadline: an outer timeout's), or if
+/// the budget (RetryOptions::budget) refuses the retry (RetryBudgetExhausted). Then:
+/// RetryScheduled; on_retry, then on_retry_async; if the caller cancelled during the
 /// hooks the execution ends with `operation_aborted`; wait `delay` (a
 /// cancellation during the wait ends it with `operation_aborted`); call again. Caller
 /// cancellation means the caller's stop token or cancellation slot, or a strategy outside this
@@ -142,26 +155,33 @@ class RetryStrategy final : public BasicStrategy<RetryStrategy, detail::RetryFra
   /// `RetryForever(no delay)`.
   [[nodiscard]] std::string describe() const override;
   // BasicStrategy's callbacks; the frame counts the retries the execution used.
-  /// Reactive, stateless.
+  /// Reactive, stateless; with a budget, it needs finish.
   [[nodiscard]] StrategyTraits strategy_traits() const noexcept;
-  /// Runs the inner part.
+  /// Runs the inner part (with a budget, counting the execution in it).
   Step start(Layer& layer, Frame& f);
   /// Decides on the completed call: complete, run again, or wait (see the class comment). The
   /// outcome (a success, or the last failure) surfaces unchanged. A plain success is told apart
   /// here, inline where the engine calls it; the clause is asked in retry(), out of line, so that
   /// this path saves no register.
   Step inner_complete(Layer& layer, Frame& f) {
+    if (budget_ != nullptr) [[unlikely]] return budgeted_inner_complete(layer, f);
     if (layer.plain_success() || f.used >= options_.max_retries) return Step::complete;
     return retry(layer, f);
   }
   /// After the backoff: run again, or complete with the wait's error (`operation_aborted`).
   Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
+  /// With a budget: gives back the running attempt's admission and counts the execution out.
+  void finish(Layer& layer, Frame& f) noexcept;
 
  private:
   [[nodiscard]] Clock::duration cap(Clock::duration d) const noexcept;
   /// on_inner_complete past a plain success with retries left: asks the clause, and retries a
   /// handled outcome. Out of line to keep the success path short.
   [[gnu::noinline]] Step retry(Layer& layer, Frame& f);
+  /// inner_complete with a budget: feeds it the attempt's outcome, then decides as retry() does.
+  [[gnu::noinline]] Step budgeted_inner_complete(Layer& layer, Frame& f);
+  /// retry() once the clause has judged the outcome handled.
+  Step retry_handled(Layer& layer, Frame& f);
   /// The decision's steps after the delay generators, and after the retry hooks.
   Step after_delay_generators(Layer& layer, Frame& f);
   Step after_retry_hooks(Layer& layer, Frame& f);
@@ -169,6 +189,7 @@ class RetryStrategy final : public BasicStrategy<RetryStrategy, detail::RetryFra
 
   RetryOptions options_;
   std::shared_ptr<const Clause> own_clause_;  ///< options_.handles, shared with the pipeline
+  RetryBudget* budget_;                       ///< options_.budget.get()
 };
 
 /// A retry strategy: `max_retries` retries after the first attempt, Kevlar's default backoff
