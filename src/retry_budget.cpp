@@ -32,6 +32,8 @@ std::int64_t value_of(std::uint64_t word) noexcept {
 std::uint64_t age(std::uint64_t tag, std::int64_t epoch) noexcept {
   return (tag_of(epoch) - tag) & tag_mask;
 }
+/// The largest sum a slice holds (its 40 bits, signed): additions saturate there.
+constexpr std::int64_t value_limit = (std::int64_t{1} << (value_bits - 1)) - 1;
 
 [[noreturn]] void invalid(const std::string& what) {
   throw std::invalid_argument("kevlar::RetryBudget: " + what);
@@ -94,6 +96,7 @@ std::shared_ptr<RetryBudget> RetryBudget::rate(RateBudgetOptions options,
   b->clock_ = std::move(clock);
   b->rate_options_ = options;
   b->slice_ns_ = std::max<std::int64_t>(1, options.ttl.count() / static_cast<std::int64_t>(slices));
+  b->origin_ns_ = b->clock_->coarse_now().time_since_epoch().count();
   b->deposit_ = static_cast<std::int64_t>(std::floor(options.retry_ratio * scale + 1e-9));
   // The minimum per second, over the whole window (a fractional second rounds down).
   b->reserve_ = static_cast<std::int64_t>(options.min_retries_per_second) *
@@ -133,7 +136,8 @@ void RetryBudget::record(OutcomeRef outcome, bool handled) noexcept {
   if (outcome.is_cancellation()) return;
   const boost::system::error_code ec =
       outcome.has_error() ? outcome.error() : detail::error_of_exception(outcome.exception());
-  if (rejection_kind(ec)) return;  // refused on this side: the dependency saw nothing
+  // Refused on this side (a rejection, or a closed limiter): the dependency saw nothing.
+  if (rejection_kind(ec) || ec == errc::closed) return;
   record_failure();
 }
 
@@ -142,21 +146,26 @@ void RetryBudget::record(OutcomeRef outcome, bool handled) noexcept {
 std::int64_t RetryBudget::epoch_now() const noexcept {
   // Slices of a tenth of the ttl (a second by default): the coarse clock's few milliseconds of lag
   // do not matter, and on a VM it costs a fraction of a precise reading.
-  return clock_->coarse_now().time_since_epoch().count() / slice_ns_;
+  // Counted from the budget's creation, so that the 24-bit tags start small whatever the clock's
+  // epoch and a never-written slice (the word 0) is an old one. The clock is monotonic: `since`
+  // is not negative (clamped, should a clock of the user's step back).
+  const std::int64_t since =
+      std::max<std::int64_t>(0, clock_->coarse_now().time_since_epoch().count() - origin_ns_);
+  return since / slice_ns_ + static_cast<std::int64_t>(slices);
 }
 
 void RetryBudget::add_to_window(std::int64_t units, std::int64_t epoch) noexcept {
-  std::atomic<std::uint64_t>& slot = window_[static_cast<std::size_t>(epoch) % slices];
+  std::atomic<std::uint64_t>& slot = window_[static_cast<std::uint64_t>(epoch) % slices];
   std::uint64_t word = slot.load(std::memory_order_relaxed);
   for (;;) {
     const std::uint64_t tag = word >> value_bits;
     std::uint64_t updated;
-    if (tag == tag_of(epoch)) {
-      updated = pack(epoch, value_of(word) + units);
-    } else if (age(tag, epoch) < (tag_mask + 1) / 2) {
-      updated = pack(epoch, units);  // an expired slice: this epoch starts it afresh
-    } else {
+    if (word != 0 && tag == tag_of(epoch)) {
+      updated = pack(epoch, std::clamp(value_of(word) + units, -value_limit, value_limit));
+    } else if (word != 0 && ((tag - tag_of(epoch)) & tag_mask) < slices) {
       return;  // a later epoch owns the slice already (this thread was delayed a whole window)
+    } else {
+      updated = pack(epoch, units);  // an expired or never-written slice: this epoch starts it
     }
     if (slot.compare_exchange_weak(word, updated, std::memory_order_relaxed)) return;
   }

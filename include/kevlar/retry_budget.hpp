@@ -153,7 +153,7 @@ class RetryBudget {
   /// An attempt's outcome as the strategies feed it (tokens mode; others ignore it), `handled`
   /// being the clause's verdict: an accepted result gives back, a handled failure takes one token
   /// unless it never reached the dependency (a kevlar rejection further in: circuit_open,
-  /// isolated, rate or concurrency limit, throttled, queue_timeout) or is a cancellation; an
+  /// isolated, rate or concurrency limit, throttled, queue_timeout, closed) or is a cancellation; an
   /// unhandled failure counts nothing.
   void record(OutcomeRef outcome, bool handled) noexcept;
   /// Asks for one additional attempt (a retry, a hedge). True: admitted (concurrency: it counts in
@@ -193,6 +193,7 @@ class RetryBudget {
   // rate
   std::shared_ptr<const Clock> clock_;
   std::int64_t slice_ns_ = 0;
+  std::int64_t origin_ns_ = 0;  ///< the clock's coarse reading when the budget was made
   std::int64_t deposit_ = 0;   ///< units an execution deposits (retry_ratio x scale)
   std::int64_t reserve_ = 0;   ///< min_retries_per_second x ttl x scale
   RateBudgetOptions rate_options_{};

@@ -133,6 +133,37 @@ TEST(RetryBudgetRate, TheMinimumPerSecondAllowsRetriesWithoutTraffic) {
   EXPECT_EQ(b->describe(), "RetryBudget(rate 0% +3/s over 2s)");
 }
 
+TEST(RetryBudgetRate, CountsTheSameWhereverTheClockStarts) {
+  // Far from the clock's epoch (the 24-bit slice tags of a steady clock 150 days after boot),
+  // and across its zero: the window counts from the budget's creation.
+  for (const auto start : {ManualClock::time_point{std::chrono::hours(24 * 150)},
+                           ManualClock::time_point{-5s}}) {
+    const auto clock = ManualClock::create(start);
+    const auto b = RetryBudget::rate({.ttl = 10s, .min_retries_per_second = 0, .retry_ratio = 1},
+                                     clock);
+    for (int i = 0; i < 5; ++i) b->execution_started();
+    EXPECT_DOUBLE_EQ(b->balance(), 5.0);
+    clock->advance(6s);
+    EXPECT_TRUE(b->try_acquire());
+    EXPECT_DOUBLE_EQ(b->balance(), 4.0);
+    clock->advance(4s);
+    EXPECT_DOUBLE_EQ(b->balance(), 0.0) << "the deposits expired, the withdrawal not yet";
+    clock->advance(6s);
+    EXPECT_DOUBLE_EQ(b->balance(), 0.0);
+    for (int i = 0; i < 3; ++i) b->execution_started();
+    EXPECT_DOUBLE_EQ(b->balance(), 3.0);
+  }
+}
+
+TEST(RetryBudgetRate, ASliceSaturatesInsteadOfWrappingAround) {
+  const auto clock = ManualClock::create();
+  const auto b = RetryBudget::rate({.ttl = 10s, .min_retries_per_second = 0, .retry_ratio = 1000},
+                                   clock);
+  for (int i = 0; i < 600000; ++i) b->execution_started();  // 6e11 units: past a slice's 2^39
+  EXPECT_GT(b->balance(), 5e8);
+  EXPECT_TRUE(b->try_acquire());
+}
+
 // ---- the concurrency mode -----------------------------------------------------------------------
 
 TEST(RetryBudgetConcurrency, AdmitsTheMinimumOrTheRatioOfExecutionsInFlight) {
