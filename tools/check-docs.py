@@ -29,6 +29,7 @@ PAGES = {
     "adaptive_concurrency": (["AdaptiveLimitOptions", "AimdOptions", "VegasOptions",
                               "GradientOptions", "AdaptiveLimitSettings"],
                              "docs/strategies/adaptive-concurrency.md"),
+    "adaptive_throttle": (["AdaptiveThrottleOptions"], "docs/strategies/adaptive-throttle.md"),
 }
 # Strategies whose page lists the steps of one decision, every hook among them.
 STEP_LISTS = {"retry"}

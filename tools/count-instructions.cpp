@@ -189,6 +189,9 @@ kevlar::Shield make(const char* name) {
     return empty.adaptive_concurrency_limit(o);
   }
   if (std::strcmp(name, "fallback") == 0) return empty.fallback(0);
+  // The adaptive throttle with nothing refused (its rejection probability stays 0): one request
+  // and one accept counted in the current bucket (compare with pass_through).
+  if (std::strcmp(name, "adaptive_throttle") == 0) return empty.adaptive_throttle();
   // Chaos built in and switched off (the production shape): compare with pass_through.
   if (std::strcmp(name, "chaos_disabled") == 0) {
     kevlar::ChaosFaultOptions fault;

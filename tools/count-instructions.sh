@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per call (callgrind) of an empty shield, one pass-through strategy and each built-in
 # strategy (and the rate limit's control: a pass-through layer reading the clock and doing one
-# CAS; retry_budget_*: retry(3) holding a budget of each mode), synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
+# CAS; retry_budget_*: retry(3) holding a budget of each mode; adaptive_throttle: refusing
+# nothing), synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
 # execute_async calls on an io_context; async_hedge_*: a hedge whose first attempt wins before its
 # delay, or fails and the second wins), of timeout -> retry -> breaker with observers
 # (observed_trb_*: an observer doing nothing, the metrics observer, the spdlog observer, both),
@@ -32,11 +33,12 @@ modes=(
   "chaos_disabled 100000"
   "adaptive_concurrency_limit 100000" "adaptive_concurrency_limit_sampled 100000"
   "retry_budget_tokens 100000" "retry_budget_rate 100000" "retry_budget_concurrency 100000"
+  "adaptive_throttle 100000"
   "timeout_retry_breaker 100000"
   "five_strategies 100000"
   "async_empty 20000" "async_pass_through 20000" "async_retry 20000" "async_timeout 20000"
   "async_circuit_breaker 20000" "async_concurrency_limit 20000" "async_rate_limit 20000"
-  "async_adaptive_concurrency_limit 20000"
+  "async_adaptive_concurrency_limit 20000" "async_adaptive_throttle 20000"
   "async_timeout_retry_breaker 20000" "async_five_strategies 20000"
   "async_hedge_first_wins 20000" "async_hedge_second_wins 10000"
   "async_hedge_second_wins_budget 10000"

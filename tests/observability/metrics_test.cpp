@@ -328,6 +328,45 @@ TEST_F(Metrics, RetryBudgetRefusalsAreCountedByKindAndItsBalanceIsReadFromIt) {
   EXPECT_FALSE(plain_balance);
 }
 
+TEST_F(Metrics, AThrottlesRejectionsAreCountedAndItsWindowIsReadFromIt) {
+  AdaptiveThrottleOptions o;
+  double draw = 0.95;  // above the 0.9 cap: nothing is refused while the failures are counted
+  o.random = [&draw] { return draw; };
+  const Shield shield = Shield{}.with_name("t").adaptive_throttle(o).observed_by(metrics);
+  for (int i = 0; i < 10; ++i) {
+    try {
+      shield.execute(failing);
+    } catch (const Error&) {
+      ADD_FAILURE() << "throttled at call " << i;
+    } catch (const std::runtime_error&) {
+    }
+  }
+  // 10 requests, none accepted: p = min(0.9, 10 / 11) = 0.9 > 0.5, the next call is refused.
+  draw = 0.5;
+  try {
+    shield.execute([] { return 1; });
+    ADD_FAILURE() << "not throttled";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::throttled);
+  }
+  const MetricsSnapshot s = metrics->snapshot();
+  EXPECT_EQ(s.value("kevlar.rejections",
+                    {{"kevlar.shield.name", "t"}, {"kevlar.rejection.type", "throttle"}}),
+            1);
+  EXPECT_DOUBLE_EQ(s.value("kevlar.throttle.probability",
+                           {{"kevlar.shield.name", "t"}, {"kevlar.strategy.index", "0"}}),
+                   0.9);
+  EXPECT_EQ(s.value("kevlar.throttle.requests", {{"kevlar.shield.name", "t"},
+                                                 {"kevlar.strategy.index", "0"},
+                                                 {"kevlar.throttle.count", "requests"}}),
+            11)
+      << "the refused call counts";
+  EXPECT_EQ(s.value("kevlar.throttle.requests", {{"kevlar.shield.name", "t"},
+                                                 {"kevlar.strategy.index", "0"},
+                                                 {"kevlar.throttle.count", "accepts"}}),
+            0);
+}
+
 TEST_F(Metrics, RateLimitGaugesAreReadOnTheObserversClock) {
   MetricsOptions o;
   o.clock = clock;

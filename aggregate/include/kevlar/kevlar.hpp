@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kevlar/adaptive_concurrency_limit.hpp>
+#include <kevlar/adaptive_throttle.hpp>
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <kevlar/adaptive_concurrency_limit.hpp>
+#include <kevlar/adaptive_throttle.hpp>
 #include <kevlar/basic_shield.hpp>
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/concurrency_limit.hpp>
@@ -140,6 +141,12 @@ class Shield : public BasicShield {
   /// the dependency's latency and drops. See <kevlar/adaptive_concurrency_limit.hpp>.
   [[nodiscard]] Shield adaptive_concurrency_limit(const AdaptiveLimitOptions& options = {}) const {
     return use(kevlar::adaptive_concurrency_limit(options));
+  }
+  /// Appends kevlar::adaptive_throttle(options): client-side adaptive throttling, rejecting a
+  /// share of calls locally (`errc::throttled`) that grows as the dependency refuses more of the
+  /// window's requests. See <kevlar/adaptive_throttle.hpp>.
+  [[nodiscard]] Shield adaptive_throttle(const AdaptiveThrottleOptions& options = {}) const {
+    return use(kevlar::adaptive_throttle(options));
   }
 
   /// Appends kevlar::hedge(max_attempts, delay): up to `max_attempts` attempts in total, the next

@@ -2,6 +2,7 @@
 #include <kevlar/chaos.hpp>
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/adaptive_concurrency_limit.hpp>
+#include <kevlar/adaptive_throttle.hpp>
 #include <kevlar/concurrency_limit.hpp>
 #include <kevlar/fallback.hpp>
 #include <kevlar/hedging.hpp>
@@ -137,6 +138,12 @@ constexpr Instrument budget_exhausted_i{
 constexpr Instrument budget_balance{"kevlar.retry_budget.balance", InstrumentKind::gauge, "{attempt}",
                                     "What a retry budget allows now: its tokens (tokens mode), or "
                                     "the retries and hedges it would admit (rate, concurrency)."};
+constexpr Instrument throttle_probability{
+    "kevlar.throttle.probability", InstrumentKind::gauge, "1",
+    "The probability an adaptive throttle rejects a call arriving now."};
+constexpr Instrument throttle_requests{
+    "kevlar.throttle.requests", InstrumentKind::gauge, "{request}",
+    "Requests an adaptive throttle counts in its window, and of them the accepted ones."};
 constexpr Instrument rejections_i{"kevlar.rejections", InstrumentKind::counter, "{rejection}",
                                   "Calls refused without running, by the kind of refusal."};
 constexpr Instrument chaos_i{"kevlar.chaos.injections", InstrumentKind::counter, "{injection}",
@@ -203,7 +210,7 @@ struct MetricsObserver::Group {
 };
 
 struct MetricsObserver::Gauge {
-  enum class Kind : unsigned char { breaker, limiter, rate_limit, adaptive_limiter, budget };
+  enum class Kind : unsigned char { breaker, limiter, rate_limit, adaptive_limiter, budget, throttle };
   Kind kind;
   std::optional<std::string> name;
   std::size_t index;
@@ -295,6 +302,8 @@ void MetricsObserver::on_shield(ShieldInfo& shield) {
       kind = Gauge::Kind::adaptive_limiter;
     } else if (dynamic_cast<const RateLimitStrategy*>(s.get()) != nullptr) {
       kind = Gauge::Kind::rate_limit;
+    } else if (dynamic_cast<const AdaptiveThrottleStrategy*>(s.get()) != nullptr) {
+      kind = Gauge::Kind::throttle;
     } else if (budget_of(*s) != nullptr) {
       kind = Gauge::Kind::budget;
     } else {
@@ -495,7 +504,7 @@ MetricsSnapshot MetricsObserver::snapshot() const {
 
   // Gauges, read from the live strategies; aliases of destroyed ones are dropped.
   std::vector<Series> breaker, inflight, queued, capacity, limit, samples, available, rate_waiting,
-      balance;
+      balance, throttle;
   const Clock& clock = options_.clock ? *options_.clock : *Clock::steady();
   {
     const std::lock_guard lock(gauges_mutex_);
@@ -513,7 +522,17 @@ MetricsSnapshot MetricsObserver::snapshot() const {
         series.value = v;
         return series;
       };
-      if (g.kind == Gauge::Kind::budget) {
+      if (g.kind == Gauge::Kind::throttle) {
+        const AdaptiveThrottleSnapshot t =
+            static_cast<const AdaptiveThrottleStrategy&>(*s).snapshot(clock);
+        throttle.push_back(tagged(throttle_probability, t.probability));
+        for (const bool accepted : {false, true}) {
+          Series series = tagged(throttle_requests, static_cast<double>(
+                                                        accepted ? t.accepts : t.requests));
+          series.tags.push_back({"kevlar.throttle.count", accepted ? "accepts" : "requests"});
+          throttle.push_back(std::move(series));
+        }
+      } else if (g.kind == Gauge::Kind::budget) {
         const RetryBudget* b = budget_of(*s);
         Series series = tagged(budget_balance, b->balance());
         series.tags.push_back({"kevlar.retry_budget.mode", to_string(b->mode())});
@@ -550,7 +569,7 @@ MetricsSnapshot MetricsObserver::snapshot() const {
   }
   for (std::vector<Series>* v :
        {&breaker, &inflight, &queued, &capacity, &limit, &samples, &available, &rate_waiting,
-        &balance}) {
+        &balance, &throttle}) {
     for (Series& s : *v) out.series.push_back(std::move(s));
   }
   return out;

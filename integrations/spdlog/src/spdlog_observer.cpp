@@ -1,5 +1,6 @@
 // The spdlog observer: one key=value line per event, repeated events summarised per window.
 #include <kevlar/adaptive_concurrency_limit.hpp>
+#include <kevlar/adaptive_throttle.hpp>
 #include <kevlar/chaos.hpp>
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/concurrency_limit.hpp>
@@ -42,7 +43,10 @@ level_enum level_of(const Event& e) {
   if (const auto* f = e.get_if<ExecutionFinished>()) {
     return f->success ? level_enum::debug : level_enum::err;
   }
-  if (e.is<AttemptStarted>() || e.is<LimiterStateChanged>()) return level_enum::debug;
+  // A throttle's rejection is logged at warn as its Rejected event; Throttled adds the numbers.
+  if (e.is<AttemptStarted>() || e.is<LimiterStateChanged>() || e.is<Throttled>()) {
+    return level_enum::debug;
+  }
   if (e.is<RetryScheduled>() || e.is<FallbackTaken>()) return level_enum::info;
   if (e.is<TimeoutFired>() || e.is<Rejected>() || e.is<RetryBudgetExhausted>()) {
     return level_enum::warn;
@@ -176,6 +180,9 @@ void format_event(fmt::memory_buffer& out, const Event& event) {
     fmt::format_to(it, " limit={}->{} reason={} samples={} dropped={} rtt=", a->old_limit,
                    a->new_limit, to_string(a->reason), a->samples, a->dropped);
     append_duration(out, a->average_rtt);
+  } else if (const auto* t = event.get_if<Throttled>()) {
+    fmt::format_to(it, " throttle.probability={:.3f} throttle.requests={} throttle.accepts={}",
+                   t->probability, t->requests, t->accepts);
   } else if (const auto* b = event.get_if<RetryBudgetExhausted>()) {
     fmt::format_to(it, " budget.mode={} attempt.kind={} attempt={} budget.balance={}",
                    to_string(b->mode), b->hedge ? "hedge" : "retry", b->attempt, b->balance);
