@@ -325,6 +325,22 @@ TEST_F(Exchange, ARetryAfterIsCappedByTheMaximumDelay) {
   EXPECT_EQ(response.result_int(), 200U);
 }
 
+TEST_F(Exchange, ARetryAfterPastTheTotalTimeoutReturnsTheResponseAtOnce) {
+  // The server asks for 5 s; 2 s are left of the total timeout: the retry does not start a wait
+  // that cannot be followed by an attempt, and the caller gets the 503 now, not errc::timeout
+  // in 2 s.
+  TestServer server({answer(503, "5"), answer(200)});
+  http::StandardShieldOptions o = options(100ms);
+  o.total_timeout = 2s;
+  start(shield_of(o), server);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec);
+  EXPECT_EQ(response.result_int(), 503U) << "the server's own answer";
+  EXPECT_EQ(attempts->count, 1);
+  EXPECT_TRUE(retry_delays.empty()) << "no retry was scheduled";
+  EXPECT_EQ(server.requests(), 1);
+}
+
 TEST_F(Exchange, AServerThatNeverAnswersIsTimedOutAndTheConnectionClosed) {
   TestServer server({hang()});
   http::StandardShieldOptions o = options();
