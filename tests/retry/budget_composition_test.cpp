@@ -1,18 +1,16 @@
 // The retry budget and the adaptive throttle composed with the other strategies: the sequence of
 // events each composition emits, in synchronous, callback and coroutine executions.
+#include "core/async_ops.hpp"
+
 #include <kevlar/kevlar.hpp>
 #include <kevlar/testing/event_recorder.hpp>
 
 #include <gtest/gtest.h>
-#include <boost/asio/append.hpp>
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <memory>
@@ -56,12 +54,7 @@ error_code run(const Shield& shield, int shape, int& calls) {
   asio::io_context ioc;
   const auto op = [&](auto token) {
     ++calls;
-    return asio::async_initiate<decltype(token), void(error_code, int)>(
-        [&ioc](auto handler) {
-          auto ex = asio::get_associated_executor(handler, ioc.get_executor());
-          asio::post(ex, asio::append(std::move(handler), refused, 0));
-        },
-        token);
+    return test::async_answer(ioc.get_executor(), refused, 0, std::move(token));
   };
   std::optional<error_code> got;
   if (shape == 1) {

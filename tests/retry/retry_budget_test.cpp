@@ -1,6 +1,8 @@
 // RetryBudget: its three admission rules on their own (sans-I/O, a ManualClock for the rate
 // window), then held by retries in synchronous, callback and coroutine executions, shared by
 // shields, and bounding a retry storm through three stacked shields.
+#include "core/async_ops.hpp"
+
 #include <boom.hpp>
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/retry.hpp>
@@ -9,15 +11,11 @@
 #include <kevlar/testing/event_recorder.hpp>
 
 #include <gtest/gtest.h>
-#include <boost/asio/append.hpp>
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
@@ -321,17 +319,6 @@ TEST(RetryWithBudget, ConcurrencyAdmissionsAreGivenBackWhenTheAttemptEnds) {
   EXPECT_EQ(s.exhausted, 0u);
 }
 
-/// Completes with `ec` through a post.
-template <class Token>
-auto async_fail(asio::io_context& ioc, error_code ec, Token&& token) {
-  return asio::async_initiate<Token, void(error_code, int)>(
-      [&ioc](auto handler, error_code e) {
-        auto ex = asio::get_associated_executor(handler, ioc.get_executor());
-        asio::post(ex, asio::append(std::move(handler), e, 0));
-      },
-      token, ec);
-}
-
 TEST(RetryWithBudget, CallbackAndCoroutineExecutionsDeliverTheLastFailureWhenRefused) {
   asio::io_context ioc;
   const auto budget = RetryBudget::concurrency({.max_ratio = 0, .min_concurrency = 0});
@@ -340,7 +327,7 @@ TEST(RetryWithBudget, CallbackAndCoroutineExecutionsDeliverTheLastFailureWhenRef
   int calls = 0;
   const auto op = [&](auto token) {
     ++calls;
-    return async_fail(ioc, refused, std::move(token));
+    return test::async_answer(ioc.get_executor(), refused, 0, std::move(token));
   };
   std::optional<error_code> got;
   shield.execute_async(op, asio::bind_executor(ioc, [&](error_code ec, int) { got = ec; }));
@@ -381,7 +368,7 @@ TEST(RetryDeadline, ABackoffThatWouldEndPastTheDeadlineIsNotStarted) {
     std::optional<error_code> got;
     shield.execute_async([&](auto token) {
       ++calls;
-      return async_fail(ioc, refused, std::move(token));
+      return test::async_answer(ioc.get_executor(), refused, 0, std::move(token));
     },
                          asio::bind_executor(ioc, [&](error_code ec, int) { got = ec; }));
     for (int i = 0; i < 10 && !got; ++i) {
