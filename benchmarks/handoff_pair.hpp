@@ -26,6 +26,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -250,6 +251,26 @@ inline std::shared_ptr<kevlar::ConcurrencyLimitStrategy> pair_limiter() {
   kevlar::ConcurrencyLimitOptions o;
   o.max_concurrency = 1;
   o.max_queue = 1;
+  return kevlar::ConcurrencyLimitStrategy::create(o);
+}
+
+/// kevlar's limiter in the pair's shape with priorities in use: a generator gives each call that
+/// finds no permit priority 1, so B's wait is linked by priority after the generator's call.
+inline std::shared_ptr<kevlar::ConcurrencyLimitStrategy> pair_priority_limiter() {
+  kevlar::ConcurrencyLimitOptions o;
+  o.max_concurrency = 1;
+  o.max_queue = 1;
+  o.priority_generator = [](const kevlar::Context&) { return std::int32_t{1}; };
+  return kevlar::ConcurrencyLimitStrategy::create(o);
+}
+
+/// kevlar's limiter in the pair's shape with a fixed queue timeout of 10 s (never reached): B's
+/// queue deadline is armed and disarmed once per pair.
+inline std::shared_ptr<kevlar::ConcurrencyLimitStrategy> pair_queue_timeout_limiter() {
+  kevlar::ConcurrencyLimitOptions o;
+  o.max_concurrency = 1;
+  o.max_queue = 1;
+  o.queue_timeout = kevlar::QueueTimeout::fixed(std::chrono::seconds(10));
   return kevlar::ConcurrencyLimitStrategy::create(o);
 }
 

@@ -4,6 +4,8 @@
 // one-shot promise; call B queues; the promise is completed; both are awaited; B returns 42. The
 // pairs run back to back inside one io_context::run() (see run_pair).
 //   <semaphore>: unpaired        — kevlar's limiter (one ledger word + the unpaired semaphore)
+//                (BM_ConcurrencyLimit/priority_handoff and queue_timeout_handoff: the same limiter
+//                with a priority generator, or with a fixed queue timeout armed for B)
 //                adaptive        — the adaptive limiter over it, limit pinned to 1, every call
 //                                  timed and sampled
 //                no_limiter_control — the shape's floor on Asio: no shield and no limiter; A and B
@@ -97,6 +99,8 @@ void pair_benchmark(benchmark::State& state, Make make_strategy, Caller caller, 
 }
 
 auto unpaired = [](asio::io_context&) { return kevlar::bench::pair_limiter(); };
+auto priority = [](asio::io_context&) { return kevlar::bench::pair_priority_limiter(); };
+auto queue_timeout = [](asio::io_context&) { return kevlar::bench::pair_queue_timeout_limiter(); };
 auto adaptive = [](asio::io_context&) { return kevlar::bench::pair_adaptive_limiter(); };
 auto mutex_control = [](asio::io_context& ioc) { return kevlar::bench::pair_mutex_control(ioc); };
 auto channel_control = [](asio::io_context& ioc) {
@@ -153,6 +157,15 @@ KEVLAR_PAIR_FLOOR(callback, idle);
 KEVLAR_PAIR_FLOOR(coroutine, idle);
 KEVLAR_PAIR_FLOOR(callback, live_io);
 KEVLAR_PAIR_FLOOR(coroutine, live_io);
+#define KEVLAR_LIMIT_PAIR(sem, caller, regime)                                      \
+  BENCHMARK_CAPTURE(pair_benchmark, sem##_##caller##_##regime, sem, Caller::caller, \
+                    Regime::regime)                                                 \
+      ->Name("BM_ConcurrencyLimit/" #sem "_handoff/" #caller "/" #regime)
+
+KEVLAR_LIMIT_PAIR(priority, callback, idle);
+KEVLAR_LIMIT_PAIR(priority, coroutine, idle);
+KEVLAR_LIMIT_PAIR(queue_timeout, callback, idle);
+KEVLAR_LIMIT_PAIR(queue_timeout, coroutine, idle);
 KEVLAR_PAIR_SHIELD(callback, idle);
 KEVLAR_PAIR_SHIELD(coroutine, idle);
 KEVLAR_PAIR_SHIELD(callback, live_io);
@@ -175,6 +188,30 @@ void BM_ConcurrencyLimit_uncontended_sync(benchmark::State& state) {
 
 void BM_ConcurrencyLimit_uncontended_async(benchmark::State& state) {
   kevlar::bench::run_async_calls(state, limit_shield(), "idle loop; compare BM_Overhead/raw_async");
+}
+
+/// The limiter with a priority generator and a fixed queue timeout, neither used while a permit
+/// is free: what configuring them costs a call that does not queue.
+const kevlar::Shield& configured_limit_shield() {
+  static const kevlar::Shield s = [] {
+    kevlar::ConcurrencyLimitOptions o;
+    o.max_concurrency = 1024;
+    o.max_queue = 16;
+    o.priority_generator = [](const kevlar::Context&) { return std::int32_t{1}; };
+    o.queue_timeout = kevlar::QueueTimeout::fixed(std::chrono::seconds(1));
+    return kevlar::Shield{}.concurrency_limit(o);
+  }();
+  return s;
+}
+
+void BM_ConcurrencyLimit_priority_queue_timeout_uncontended_sync(benchmark::State& state) {
+  kevlar::bench::run_sync_calls(state, configured_limit_shield(),
+                                "no event loop; compare BM_ConcurrencyLimit/uncontended_sync");
+}
+
+void BM_ConcurrencyLimit_priority_queue_timeout_uncontended_async(benchmark::State& state) {
+  kevlar::bench::run_async_calls(state, configured_limit_shield(),
+                                 "idle loop; compare BM_ConcurrencyLimit/uncontended_async");
 }
 
 std::shared_ptr<kevlar::Shield> contended_shield;
@@ -200,6 +237,10 @@ void BM_ConcurrencyLimit_contended(benchmark::State& state) {
 
 BENCHMARK(BM_ConcurrencyLimit_uncontended_sync)->Name("BM_ConcurrencyLimit/uncontended_sync");
 BENCHMARK(BM_ConcurrencyLimit_uncontended_async)->Name("BM_ConcurrencyLimit/uncontended_async");
+BENCHMARK(BM_ConcurrencyLimit_priority_queue_timeout_uncontended_sync)
+    ->Name("BM_ConcurrencyLimit/priority_queue_timeout_uncontended_sync");
+BENCHMARK(BM_ConcurrencyLimit_priority_queue_timeout_uncontended_async)
+    ->Name("BM_ConcurrencyLimit/priority_queue_timeout_uncontended_async");
 BENCHMARK(BM_ConcurrencyLimit_contended)
     ->Name("BM_ConcurrencyLimit/contended/2")
     ->Arg(1)

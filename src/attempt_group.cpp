@@ -42,6 +42,7 @@ void CallBase::become_attempt(CallBase& parent, std::size_t first, AttemptNode& 
   node_ = &node;
   Context& from = *parent.context_;
   context_->deadline_ = from.deadline_;
+  context_->priority_ = from.priority_;
   context_->properties_ = from.properties_;  // copied at launch; the attempt's writes stay its own
 }
 

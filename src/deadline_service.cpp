@@ -141,6 +141,11 @@ void resume_at_deadline(CallBase& call, std::size_t index) {
   call.wait_completed(boost::system::error_code());
 }
 
+void cancel_wait_at_deadline(CallBase& call, std::size_t index) {
+  (void)index;  // the layer is still waiting (it disarms when its wait ends): the step is its own
+  call.cancel_own_wait(boost::asio::cancellation_type::terminal);
+}
+
 void release_idle_deadline_timers(boost::asio::execution_context& ctx) noexcept {
   if (boost::asio::has_service<DeadlineService>(ctx)) {
     boost::asio::use_service<DeadlineService>(ctx).release_idle();

@@ -413,6 +413,11 @@ void CallBase::cancel_from_caller(boost::asio::cancellation_type type) noexcept 
   emit_step(type);
 }
 
+void CallBase::cancel_own_wait(boost::asio::cancellation_type type) noexcept {
+  const TrampolineSuppressed suppressed;
+  emit_step(type);
+}
+
 void CallBase::cancel_inner(std::size_t origin, boost::asio::cancellation_type type) noexcept {
   if (cancel_origin_ == no_layer || cancel_origin_ > origin + 1) cancel_origin_ = origin + 1;
   context_->cancel_requested_ = true;

@@ -51,6 +51,10 @@ CONTROLS = [
     (r"BM_QueuedHandoffPair/no_limiter_control/.*", None),
     (r"BM_QueuedHandoffPair/\w+/(\w+)/(\w+)", r"BM_QueuedHandoffPair/no_limiter_control/\1/\2"),
     (r"BM_ConcurrencyLimit/uncontended_sync", RAW_SYNC),
+    # Priorities and queue timeouts against the plain limiter, same shape and regime.
+    (r"BM_ConcurrencyLimit/priority_queue_timeout_uncontended_(sync|async)",
+     r"BM_ConcurrencyLimit/uncontended_\1"),
+    (r"BM_ConcurrencyLimit/\w+_handoff/(\w+)/(\w+)", r"BM_QueuedHandoffPair/unpaired/\1/\2"),
     (r"BM_ConcurrencyLimit/uncontended_async", RAW_ASYNC),
     (r"BM_ConcurrencyLimit/contended/.*", None),  # two threads on one limiter: no control
     # The adaptive limit's admission against the static limit's, same shape; a window's update
@@ -122,6 +126,11 @@ INSTRUCTIONS = {
     "BM_CircuitBreaker/ratio_closed_success": "circuit_breaker",
     "BM_Pipeline/single/circuit_breaker": "circuit_breaker",
     "BM_ConcurrencyLimit/uncontended_sync": "concurrency_limit",
+    "BM_ConcurrencyLimit/priority_queue_timeout_uncontended_sync": "concurrency_limit_configured",
+    "BM_ConcurrencyLimit/priority_handoff/callback/idle": "pair_priority_callback",
+    "BM_ConcurrencyLimit/priority_handoff/coroutine/idle": "pair_priority_coroutine",
+    "BM_ConcurrencyLimit/queue_timeout_handoff/callback/idle": "pair_queue_timeout_callback",
+    "BM_ConcurrencyLimit/queue_timeout_handoff/coroutine/idle": "pair_queue_timeout_coroutine",
     "BM_Pipeline/single/concurrency_limit": "concurrency_limit",
     "BM_Fallback/not_triggered": "fallback",
     "BM_RateLimit/uncontended": "rate_limit",

@@ -109,8 +109,9 @@ int run_async(const kevlar::Shield& shield, long calls) {
 }
 
 /// Runs `pairs` measured pairs (after the driver's warm-up) of one idle BM_QueuedHandoffPair cell:
-/// `<semaphore>_<caller>`, semaphore one of `unpaired`, `mutex_control`, `channel_control`,
-/// `shield_control` and `no_limiter_control`, caller `callback` or `coroutine`.
+/// `<semaphore>_<caller>`, semaphore one of `unpaired`, `priority` and `queue_timeout` (the
+/// limiter with a priority generator, or a fixed queue timeout), `mutex_control`,
+/// `channel_control`, `shield_control` and `no_limiter_control`, caller `callback` or `coroutine`.
 int run_pair_cell(const char* cell, long pairs) {
   using kevlar::bench::Caller;
   struct CountedLoop {
@@ -134,6 +135,14 @@ int run_pair_cell(const char* cell, long pairs) {
                                    caller, kevlar::bench::Regime::idle);
   } else if (name.starts_with("unpaired_")) {
     const auto limiter = kevlar::bench::pair_limiter();
+    run = kevlar::bench::run_pairs(loop, kevlar::Shield{}.use(limiter), *limiter, ioc, caller,
+                                   kevlar::bench::Regime::idle);
+  } else if (name.starts_with("priority_")) {
+    const auto limiter = kevlar::bench::pair_priority_limiter();
+    run = kevlar::bench::run_pairs(loop, kevlar::Shield{}.use(limiter), *limiter, ioc, caller,
+                                   kevlar::bench::Regime::idle);
+  } else if (name.starts_with("queue_timeout_")) {
+    const auto limiter = kevlar::bench::pair_queue_timeout_limiter();
     run = kevlar::bench::run_pairs(loop, kevlar::Shield{}.use(limiter), *limiter, ioc, caller,
                                    kevlar::bench::Regime::idle);
   } else if (name.starts_with("mutex_control_")) {
@@ -180,6 +189,16 @@ kevlar::Shield make(const char* name) {
     return empty.circuit_breaker(o);
   }
   if (std::strcmp(name, "concurrency_limit") == 0) return empty.concurrency_limit(1024);
+  // The same limiter with a priority generator and a fixed queue timeout, neither used while a
+  // permit is free (compare with concurrency_limit).
+  if (std::strcmp(name, "concurrency_limit_configured") == 0) {
+    kevlar::ConcurrencyLimitOptions o;
+    o.max_concurrency = 1024;
+    o.max_queue = 16;
+    o.priority_generator = [](const kevlar::Context&) { return std::int32_t{1}; };
+    o.queue_timeout = kevlar::QueueTimeout::fixed(1s);
+    return empty.concurrency_limit(o);
+  }
   // The adaptive limit over the same 1024 permits (one call in flight: its AIMD holds the limit),
   // timing every call, or one in 16 (compare with concurrency_limit and clock_cas_control).
   if (std::strncmp(name, "adaptive_concurrency_limit", 26) == 0) {

@@ -29,7 +29,7 @@ command -v valgrind > /dev/null || { echo "valgrind is needed (apt-get install v
 # The modes, each with its N (fewer for the slower shapes, to keep the whole run near a minute).
 modes=(
   "empty 100000" "pass_through 100000" "retry 100000" "timeout 100000" "circuit_breaker 100000"
-  "concurrency_limit 100000" "fallback 100000" "rate_limit 100000" "clock_cas_control 100000"
+  "concurrency_limit 100000" "concurrency_limit_configured 100000" "fallback 100000" "rate_limit 100000" "clock_cas_control 100000"
   "chaos_disabled 100000"
   "adaptive_concurrency_limit 100000" "adaptive_concurrency_limit_sampled 100000"
   "retry_budget_tokens 100000" "retry_budget_rate 100000" "retry_budget_concurrency 100000"
@@ -43,6 +43,8 @@ modes=(
   "async_hedge_first_wins 20000" "async_hedge_second_wins 10000"
   "async_hedge_second_wins_budget 10000"
   "pair_unpaired_callback 10000" "pair_unpaired_coroutine 5000"
+  "pair_priority_callback 10000" "pair_priority_coroutine 5000"
+  "pair_queue_timeout_callback 10000" "pair_queue_timeout_coroutine 5000"
   "pair_no_limiter_control_callback 10000" "pair_no_limiter_control_coroutine 5000"
   "pair_shield_control_callback 10000" "pair_shield_control_coroutine 5000"
   "pair_mutex_control_callback 10000" "pair_mutex_control_coroutine 5000"

@@ -278,6 +278,29 @@ class BasicShield {
     return execute_outcome_with(fn, std::move(stop));
   }
 
+  /// execute(fn) for an execution started with `options` (its priority: Context::priority()).
+  template <SyncFunction F>
+  auto execute(const CallOptions& options, F&& fn) const -> detail::SyncValue<F> {
+    return execute_with(options, fn);
+  }
+  /// execute(fn, stop) for an execution started with `options`.
+  template <SyncFunction F>
+  auto execute(const CallOptions& options, F&& fn, std::stop_token stop) const
+      -> detail::SyncValue<F> {
+    return execute_with(options, fn, std::move(stop));
+  }
+  /// execute_outcome(fn) for an execution started with `options`.
+  template <SyncFunction F>
+  auto execute_outcome(const CallOptions& options, F&& fn) const -> Outcome<detail::SyncValue<F>> {
+    return execute_outcome_with(options, fn);
+  }
+  /// execute_outcome(fn, stop) for an execution started with `options`.
+  template <SyncFunction F>
+  auto execute_outcome(const CallOptions& options, F&& fn, std::stop_token stop) const
+      -> Outcome<detail::SyncValue<F>> {
+    return execute_outcome_with(options, fn, std::move(stop));
+  }
+
   // ---- executing asynchronously --------------------------------------------------------------
 
   /// Executes an asynchronous operation through the pipeline. `attempt` is invoked once per
@@ -305,6 +328,14 @@ class BasicShield {
     return initiate<Sig>(std::move(attempt), std::forward<Token>(token));
   }
 
+  /// execute_async(attempt, token) for an execution started with `options` (its priority:
+  /// Context::priority()).
+  template <AsyncAttempt A, class Token = boost::asio::deferred_t>
+  auto execute_async(const CallOptions& options, A attempt, Token&& token = {}) const {
+    using Sig = boost::asio::completion_signature_of_t<A>;
+    return initiate<Sig>(std::move(attempt), std::forward<Token>(token), options);
+  }
+
   /// Executes a coroutine through the pipeline: `factory()` or `factory(Context&)` returns
   /// `asio::awaitable<T>` and is called once per attempt (with that attempt's context, which lives
   /// until the attempt completes); the result is awaited in a coroutine spawned on the handler's
@@ -318,12 +349,40 @@ class BasicShield {
     using T = typename detail::IsAwaitable<Aw>::value_type;
     using Sig = typename detail::FactorySignature<T>::type;
     if constexpr (std::invocable<F&>) {
-      return initiate<Sig>(FactoryAttempt<F>{std::move(factory), {}}, std::forward<Token>(token));
+      return initiate<Sig>(FactoryAttempt<F>{std::move(factory), {}, 0},
+                           std::forward<Token>(token));
     } else {  // an empty shield's call needs the shield's clock and name for its context
       // (an execution's attempts have its context, and its lease keeps the pipeline)
-      return initiate<Sig>(FactoryAttempt<F>{std::move(factory), bypasses_engine() ? p_ : nullptr},
-                           std::forward<Token>(token));
+      return initiate<Sig>(
+          FactoryAttempt<F>{std::move(factory), bypasses_engine() ? p_ : nullptr, 0},
+          std::forward<Token>(token));
     }
+  }
+
+  /// execute_async(factory, token) for an execution started with `options`.
+  template <AwaitableFactory F, class Token>
+  auto execute_async(const CallOptions& options, F factory, Token&& token) const {
+    using Aw = detail::FactoryResult<F>;
+    using T = typename detail::IsAwaitable<Aw>::value_type;
+    using Sig = typename detail::FactorySignature<T>::type;
+    if constexpr (std::invocable<F&>) {
+      return initiate<Sig>(FactoryAttempt<F>{std::move(factory), {}, 0}, std::forward<Token>(token),
+                           options);
+    } else {
+      return initiate<Sig>(
+          FactoryAttempt<F>{std::move(factory), bypasses_engine() ? p_ : nullptr, options.priority},
+          std::forward<Token>(token), options);
+    }
+  }
+
+  /// execute_async(factory) for an execution started with `options`: an awaitable of the value.
+  template <AwaitableFactory F>
+  auto execute_async(const CallOptions& options, F factory) const -> detail::FactoryResult<F> {
+    if constexpr (std::invocable<F&>) {
+      if (bypasses_engine()) return factory();  // no strategy reads the options
+    }
+    using Executor = typename detail::IsAwaitable<detail::FactoryResult<F>>::executor_type;
+    return execute_async(options, std::move(factory), boost::asio::use_awaitable_t<Executor>{});
   }
 
   /// Executes a coroutine through the pipeline and returns an awaitable of its value:
@@ -359,6 +418,8 @@ class BasicShield {
                                      std::shared_ptr<const detail::Pipeline>>;
     F factory;
     [[no_unique_address]] Owner owner;
+    /// The empty shield's call: its context's priority (CallOptions::priority).
+    std::int32_t priority = 0;
 
     /// An attempt of an execution (the execution owns the factory and the context).
     template <class Handler>
@@ -371,7 +432,7 @@ class BasicShield {
     template <class Handler>
     void operator()(Handler&& handler) && {
       auto ex = boost::asio::get_associated_executor(handler, boost::asio::system_executor());
-      boost::asio::co_spawn(ex, call_owned(std::move(factory), std::move(owner)),
+      boost::asio::co_spawn(ex, call_owned(std::move(factory), std::move(owner), priority),
                             std::forward<Handler>(handler));
     }
 
@@ -385,43 +446,62 @@ class BasicShield {
         co_return co_await f();
       }
     }
-    static auto call_owned(F f, Owner owner) -> detail::FactoryResult<F> {
+    static auto call_owned(F f, Owner owner, std::int32_t priority) -> detail::FactoryResult<F> {
       if constexpr (!std::invocable<F&>) {
         const Clock& clock = owner && owner->view.clock ? *owner->view.clock : *Clock::steady();
         Context context(clock, owner ? owner->view.name : nullptr, false);
+        context.set_priority(priority);
         co_return co_await f(context);
       } else {
         (void)owner;
+        (void)priority;
         co_return co_await f();
       }
     }
   };
 
-  /// execute(): `Stop` is a std::stop_token or nothing. A shield with no strategy and nothing to
-  /// observe calls `fn` here.
+  /// What an execution started without CallOptions applies to its context: nothing.
+  struct NoOptions {};
+  static void apply(Context& /*ctx*/, NoOptions /*options*/) noexcept {}
+  static void apply(Context& ctx, const CallOptions& options) noexcept {
+    ctx.set_priority(options.priority);
+  }
+
   template <class Fn, class... Stop>
   detail::SyncValue<Fn> execute_with(Fn& fn, Stop&&... stop) const {
+    return execute_with(NoOptions{}, fn, std::forward<Stop>(stop)...);
+  }
+
+  /// execute(): `Stop` is a std::stop_token or nothing. A shield with no strategy and nothing to
+  /// observe calls `fn` here.
+  template <class Options, class Fn, class... Stop>
+  detail::SyncValue<Fn> execute_with(const Options& options, Fn& fn, Stop&&... stop) const {
     if (bypasses_engine()) {
       if ((stop.stop_requested() || ...)) throw Error(boost::asio::error::operation_aborted);
       if constexpr (std::invocable<Fn&, Context&>) {
         Context ctx(clock(), p_ != nullptr ? p_->view.name : nullptr, true,
                     std::forward<Stop>(stop)...);
+        apply(ctx, options);
         return std::invoke(fn, ctx);
       } else {
         return std::invoke(fn);
       }
     }
-    return execute_pipeline(fn, std::forward<Stop>(stop)...);
+    return execute_pipeline(options, fn, std::forward<Stop>(stop)...);
   }
 
   /// The non-empty path of execute(), kept out of line so that the empty shield's path stays a
   /// direct call wherever execute() is inlined.
-  template <class Fn, class... Stop>
-  [[gnu::noinline]] detail::SyncValue<Fn> execute_pipeline(Fn& fn, Stop&&... stop) const {
+  template <class Options, class Fn, class... Stop>
+  [[gnu::noinline]] detail::SyncValue<Fn> execute_pipeline(const Options& options, Fn& fn,
+                                                           Stop&&... stop) const {
     if ((stop.stop_requested() || ...)) throw Error(boost::asio::error::operation_aborted);
     const detail::PipelineView& v = p_->view;  // execute() routes only engine shields here
-    if (!v.plain_synchronous) [[unlikely]] return execute_any(fn, std::forward<Stop>(stop)...);
+    if (!v.plain_synchronous) [[unlikely]] {
+      return execute_any(options, fn, std::forward<Stop>(stop)...);
+    }
     Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
+    apply(ctx, options);
     alignas(std::max_align_t) std::byte frames[detail::sync_inline_frame_bytes];
     detail::SyncCall<Fn, detail::SyncValue<Fn>> call(v, frames, ctx, fn);
     call.walk();
@@ -429,11 +509,13 @@ class BasicShield {
   }
 
   /// execute_pipeline() for a pipeline that is not PipelineView::plain_synchronous.
-  template <class Fn, class... Stop>
-  [[gnu::noinline]] detail::SyncValue<Fn> execute_any(Fn& fn, Stop&&... stop) const {
+  template <class Options, class Fn, class... Stop>
+  [[gnu::noinline]] detail::SyncValue<Fn> execute_any(const Options& options, Fn& fn,
+                                                      Stop&&... stop) const {
     const detail::PipelineView& v = p_->view;
     if (v.asynchronous_only) refuse_synchronous();
     Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
+    apply(ctx, options);
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, detail::SyncValue<Fn>> call(v, frames.data(), ctx, fn);
     call.run_any();
@@ -443,6 +525,11 @@ class BasicShield {
   /// execute_outcome(), as execute_with.
   template <class Fn, class... Stop>
   Outcome<detail::SyncValue<Fn>> execute_outcome_with(Fn& fn, Stop&&... stop) const {
+    return execute_outcome_with(NoOptions{}, fn, std::forward<Stop>(stop)...);
+  }
+  template <class Options, class Fn, class... Stop>
+  Outcome<detail::SyncValue<Fn>> execute_outcome_with(const Options& options, Fn& fn,
+                                                      Stop&&... stop) const {
     using R = detail::SyncValue<Fn>;
     if ((stop.stop_requested() || ...)) {
       return Outcome<R>::from_error(boost::asio::error::operation_aborted);
@@ -450,6 +537,7 @@ class BasicShield {
     const detail::PipelineView& v = view();
     if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
     Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
+    apply(ctx, options);
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
     call.run();
@@ -474,6 +562,25 @@ class BasicShield {
                                                     std::move(handler), std::move(a));
         },
         token, bypasses_engine() ? detail::Lease() : detail::Lease(*p_), std::move(attempt));
+  }
+
+  /// initiate() for an execution the caller started with `options` (a separate initiation, so
+  /// that a call without options carries none).
+  template <class Sig, class A, class Token>
+  auto initiate(A attempt, Token&& token, const CallOptions& options) const {
+    return boost::asio::async_initiate<Token, Sig>(
+        [](auto handler, detail::Lease lease, A a, CallOptions o) {
+          if (!lease) {
+            std::move(a)(std::move(handler));
+            return;
+          }
+          using Handler = std::decay_t<decltype(handler)>;
+          const auto& pipeline = static_cast<const detail::Pipeline&>(*lease.get());
+          detail::AsyncCall<Handler, A, Sig>::start(std::move(lease), pipeline.view,
+                                                    std::move(handler), std::move(a), o);
+        },
+        token, bypasses_engine() ? detail::Lease() : detail::Lease(*p_), std::move(attempt),
+        options);
   }
 
   [[nodiscard]] const detail::PipelineView& view() const noexcept;

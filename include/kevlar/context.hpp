@@ -126,6 +126,14 @@ namespace detail {
 class CallBase;
 }
 
+/// What a caller tells one execution before it starts (the overloads of execute, execute_outcome
+/// and execute_async that take it first): values the strategies read from its Context.
+struct CallOptions {
+  /// The execution's priority in the queues of concurrency and rate limits (Context::priority()):
+  /// higher first; 0 by default.
+  std::int32_t priority = 0;
+};
+
 /// The context of one execution, shared by every strategy of the pipeline and passed to the user's
 /// function (`fn(Context&)`). It lives until the execution completes; do not keep references to it
 /// afterwards.
@@ -179,6 +187,16 @@ class Context {
   /// The shield's clock.
   [[nodiscard]] const Clock& clock() const noexcept { return *clock_; }
 
+  /// The execution's priority in the queues of concurrency and rate limits: a call of higher
+  /// priority is granted before every queued call of lower priority, and may displace the newest
+  /// of the lowest from a full queue; equal priorities keep their arrival order. 0 unless the
+  /// caller set it (CallOptions::priority) or a strategy did (a limiter's priority_generator).
+  /// Hedged attempts start with their parent's.
+  [[nodiscard]] std::int32_t priority() const noexcept { return priority_; }
+  /// Changes the priority for the strategies that queue this execution from now on (a hook, a
+  /// priority generator, the user's function before an inner limiter sees it).
+  void set_priority(std::int32_t priority) noexcept { priority_ = priority; }
+
   /// The name of the shield running this execution (Shield::with_name), or nullptr for an
   /// unnamed shield: what hooks and attempts use to tell shields apart in logs and metrics. It
   /// lives as long as the shield.
@@ -198,6 +216,7 @@ class Context {
   std::stop_token stop_;
   Clock::time_point deadline_ = Clock::time_point::max();
   std::uint32_t attempt_ = 0;
+  std::int32_t priority_ = 0;
   bool synchronous_;
   bool cancel_requested_ = false;
   Properties properties_;

@@ -31,8 +31,9 @@ enum class errc {
   /// Client-side adaptive throttling rejected the call locally: the dependency has been refusing
   /// too large a share of recent requests (kevlar::adaptive_throttle).
   throttled = 10,
-  /// A call waited in a limiter's queue longer than its queue-wait timeout (fixed or CoDel), or
-  /// until its end-to-end deadline, and was shed before it ran.
+  /// A call waited in a limiter's queue longer than its queue-wait timeout (fixed or CoDel) and
+  /// was shed before it ran. (A deadline of the context that comes first, an outer timeout's,
+  /// ends the wait as that timeout: errc::timeout.)
   queue_timeout = 11,
 };
 

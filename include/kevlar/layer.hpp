@@ -41,6 +41,11 @@ enum class DeadlineAction : unsigned char {
   /// strategy whose pending step is an operation, a wait or an awaited coroutine is undefined
   /// behaviour.
   resume,
+  /// Cancel the wait the strategy itself is in (its Step::queue, its Step::wait_until), which
+  /// then completes with `operation_aborted` unless it completed first; nothing inside the
+  /// strategy is marked cancelled (cancelled_inner() stays false): a limiter's queue-wait
+  /// timeout. Only for a strategy that disarms the deadline as soon as that wait ends.
+  cancel_wait,
 };
 
 /// Storage for one deadline armed through the engine's deadline service (Layer::arm_deadline). It
@@ -277,6 +282,7 @@ class Layer {
     slot.call = call_;
     slot.index = index_;
     if (action == DeadlineAction::resume) slot.fire = &detail::resume_at_deadline;
+    if (action == DeadlineAction::cancel_wait) slot.fire = &detail::cancel_wait_at_deadline;
     detail::deadline_queue_for(*call_, clock(), same_duration).arm(slot);
   }
   /// Disarms a slot armed by arm_deadline; returns true if it had fired already (its action was

@@ -20,7 +20,7 @@ namespace kevlar {
 ///
 /// The uncontended acquire and release are one CAS each. Queueing, handoff, cancellation and close
 /// change the word under the semaphore's slow-path lock, in the same step that links or unlinks
-/// the waiter, so a release decides "free the permit or hand it to the oldest waiter" in one CAS
+/// the waiter, so a release decides "free the permit or hand it to the first waiter" in one CAS
 /// and a wake-up cannot be lost: while anyone is queued, every permit is in use (a newcomer never
 /// takes a permit ahead of a queued caller, and a handoff leaves "in use" unchanged).
 ///
@@ -64,7 +64,7 @@ class LimiterLedger {
       return c.keep(Admission::rejected);
     });
   }
-  /// Under the lock, T5: of `n` returned permits, as many as the limit lets in pass to the oldest
+  /// Under the lock, T5: of `n` returned permits, as many as the limit lets in pass to the first
   /// waiters ("in use" unchanged for those): min(n, queued), fewer after the limit shrank below
   /// the permits in use (a permit above the limit retires as it returns). The rest are freed.
   /// Returns the waiters to wake, or -1 (nothing changed) if fewer than `n` permits are in use.
@@ -88,10 +88,10 @@ class LimiterLedger {
     });
   }
   /// Under the lock: the limit becomes `limit` (1 to max_count). Growth hands a permit to each of
-  /// up to (limit - in use) of the oldest waiters at once (they are counted as in use, and the
+  /// up to (limit - in use) of the first waiters at once (they are counted as in use, and the
   /// result is how many to wake); a shrink revokes nothing: permits in use above the new limit
   /// retire as they are released, and no waiter is granted until the count is below it. The
-  /// queue limit and FIFO order are unchanged. An acquire racing the change lock-free may still
+  /// queue limit and the queue's order are unchanged. An acquire racing the change lock-free may still
   /// be admitted under the limit it read: the count never exceeds the largest limit ever set.
   std::int64_t resize_locked(count_type limit) noexcept {
     limit_.store(limit, std::memory_order_relaxed);

@@ -33,7 +33,7 @@ enum class RejectionKind : unsigned char {
   rate_limit,         ///< a rate limiter with no permit and no queue place
   concurrency_limit,  ///< a concurrency limit with every permit and queue place taken
   throttle,           ///< client-side adaptive throttling (errc::throttled)
-  queue_timeout,      ///< a limiter's queue-wait timeout or the deadline ended a wait in its queue
+  queue_timeout,      ///< a limiter's queue-wait timeout ended a wait in its queue
 };
 
 /// `circuit_open`, `isolated`, `rate_limit`, `concurrency_limit`, `throttle` or `queue_timeout`

@@ -15,13 +15,15 @@
 #include <boost/system/error_code.hpp>
 
 #include <concepts>
+#include <cstdint>
 #include <utility>
 
 namespace kevlar {
 
 /// A BasicUnpairedSemaphore (every member of it, unchanged) that executions of a shield can wait
 /// in from a strategy: `return Step::queue(semaphore);` waits for one permit, and the result
-/// reaches Strategy::on_wait_complete (see Step::queue). What the engine needs to perform that
+/// reaches Strategy::on_wait_complete (see Step::queue). The execution waits with the priority of
+/// its context (Context::priority()). What the engine needs to perform that
 /// step lives here, in one pointer behind the semaphore (in its padding, where it has some), so
 /// that a Step stays one word.
 ///
@@ -59,24 +61,28 @@ class QueueSemaphore final : public BasicUnpairedSemaphore<L>, public detail::Qu
   static bool start(detail::StepTarget& target, detail::CallBase& call,
                     boost::system::error_code& decided) {
     Semaphore& sem = self(target);
+    const std::int32_t priority = call.context().priority();
     if (void* storage = call.queue_wait_storage()) [[likely]] {
       if (boost::asio::io_context* context = detail::plain_io_context(call)) [[likely]] {
-        return detail::EmbeddedQueueWait<Semaphore>::start(sem, call, *context, storage, decided);
+        return detail::EmbeddedQueueWait<Semaphore>::start(sem, call, *context, storage, priority,
+                                                           decided);
       }
     }
-    sem.async_acquire(detail::QueueWaitHandler(call));
+    sem.async_acquire(priority, detail::QueueWaitHandler(call));
     return true;
   }
 
-  /// The synchronous shell: blocks in the same FIFO until the grant, the caller's stop or the
+  /// The synchronous shell: blocks in the same queue until the grant, the caller's stop or the
   /// context's deadline.
   static boost::system::error_code block(detail::StepTarget& target, detail::CallBase& call) {
     Semaphore& sem = self(target);
     const Context& context = call.context();
     const Clock::time_point deadline = context.deadline();
-    if (deadline == Clock::time_point::max()) return sem.acquire_or_error(context.stop_token());
+    if (deadline == Clock::time_point::max()) {
+      return sem.acquire_or_error(context.stop_token(), context.priority());
+    }
     const boost::system::error_code ec =
-        sem.acquire_until(context.clock(), deadline, context.stop_token());
+        sem.acquire_until(context.clock(), deadline, context.stop_token(), context.priority());
     if (!ec && context.clock().now() >= deadline) {
       // Granted as the deadline passed: too late to run. The permit goes to the next waiter.
       (void)sem.release(1);

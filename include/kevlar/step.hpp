@@ -230,6 +230,9 @@ struct StrategyTraits {
   /// stateful instance may appear in a chain only once.
   bool stateful = false;
   /// Bytes of per-execution scratch storage (Layer::frame), aligned to alignof(std::max_align_t).
+  /// A BasicStrategy sets it to sizeof(Frame), or keeps what strategy_traits() asked for if that
+  /// is more: the bytes behind the Frame are then the strategy's own, for state that only some
+  /// instances need (a limiter's queue-wait deadline), so that the others keep a small frame.
   std::size_t frame_size = 0;
   /// True if the strategy's asynchronous decisions must run on the call's executor, serialised
   /// with the operation's completion (a timeout's expiry). An asynchronous call through a shield

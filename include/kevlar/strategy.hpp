@@ -87,7 +87,7 @@ namespace kevlar {
 /// Step wait_complete(Layer&, Frame&, const error_code&);          // on_wait_complete
 /// Step attempt_complete(Layer&, Frame&, std::uint32_t attempt);   // on_attempt_complete
 /// void finish(Layer&, Frame&) noexcept;                           // on_finish, before ~Frame
-/// StrategyTraits strategy_traits() const noexcept;                // traits(); frame_size is set
+/// StrategyTraits strategy_traits() const noexcept;                // traits(); see frame_size
 /// ```
 /// The calls are static (no virtual call beyond the engine's own). `Frame` must be
 /// default-constructible, nothrow-destructible and not over-aligned; where the strategy's
@@ -105,7 +105,12 @@ class BasicStrategy : public Strategy {
 
   [[nodiscard]] StrategyTraits traits() const noexcept final {
     StrategyTraits t = derived().strategy_traits();
-    t.frame_size = stateless ? 0 : sizeof(Frame);
+    // Room behind the frame that some instances ask for (StrategyTraits::frame_size) is kept.
+    if constexpr (stateless) {
+      t.frame_size = 0;
+    } else if (t.frame_size < sizeof(Frame)) {
+      t.frame_size = sizeof(Frame);
+    }
     // The engine skips a callback Derived leaves to the default (and that has no frame to end).
     // Set outright: on_inner_complete and on_finish are this class's, final, whatever Derived's
     // strategy_traits() said.

@@ -24,6 +24,7 @@
 #include <boost/asio/system_executor.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <atomic>
 #include <concepts>
 #include <cstdint>
 #include <stop_token>
@@ -145,12 +146,17 @@ static_assert(Ledger<TokenLedger>);
 
 /// An asynchronous, unpaired, signal-only semaphore whose counting word is the policy `L`.
 ///
-/// Waiters queue in FIFO order; a release hands its permits to the oldest waiters first (direct
-/// handoff: a permit is never free while anyone waits, so a newcomer cannot overtake a queued
-/// waiter). A woken waiter resumes on its own associated executor, never inside release(),
-/// close() or a cancellation handler. (kevlar's concurrency limiter opts its own waits into
-/// detail/trampoline.hpp: the engine runs them just before the completion that released returns,
-/// still never inside those calls.)
+/// Waiters queue by priority, higher first, and in arrival order within a priority (every waiter
+/// has priority 0 unless it asks for another: then the queue is FIFO); a release hands its permits
+/// to the first waiters (direct handoff: a permit is never free while anyone waits, so a newcomer
+/// cannot overtake a queued waiter). A ledger that refuses to queue (a full queue) lets a newcomer
+/// take the place of the newest waiter of the lowest priority if that is lower than its own: the
+/// waiter it displaces completes with the ledger's rejection(). Linking a waiter walks back from
+/// the newest past the waiters of lower priority (O(1) when priorities are equal; a waiter of
+/// high priority behind many lower ones pays for the walk under the lock). A woken waiter resumes
+/// on its own associated executor, never inside release(), close() or a cancellation handler.
+/// (kevlar's concurrency limiter opts its own waits into detail/trampoline.hpp: the engine runs
+/// them just before the completion that released returns, still never inside those calls.)
 ///
 /// Lifetime: the semaphore must outlive every operation started on it, including completions
 /// queued on an executor but not yet run (a grant whose completion is destroyed undelivered
@@ -200,7 +206,7 @@ class BasicUnpairedSemaphore {
   /// Thread-safe. Acquire ordering: the releaser's prior writes are visible after success.
   [[nodiscard]] bool try_acquire() noexcept { return ledger_.try_acquire(); }
 
-  /// Adds `n` permits from any thread (the caller need not have acquired anything): the oldest
+  /// Adds `n` permits from any thread (the caller need not have acquired anything): the first
   /// min(n, queued) waiters are granted one each and scheduled on their executors (never run
   /// inline); the rest accumulate. Releases keep working after close().
   ///
@@ -212,9 +218,9 @@ class BasicUnpairedSemaphore {
   bool release(count_type n = 1) noexcept;
 
   /// Changes what the ledger admits at run time (LimiterLedger::resize_locked): `change(ledger)`
-  /// runs under the slow-path lock and returns how many of the oldest waiters it gave a permit
+  /// runs under the slow-path lock and returns how many of the first waiters it gave a permit
   /// to (counted by the ledger as in use, as a handoff is), or a negative number if it changed
-  /// nothing. Those waiters are then granted one permit each in FIFO order and scheduled as
+  /// nothing. Those waiters are then granted one permit each in queue order and scheduled as
   /// release() schedules them (never run inline). Returns false if `change` returned a negative
   /// number. Never allocates; `change` must not throw. Thread-safe.
   template <class Change>
@@ -259,10 +265,21 @@ class BasicUnpairedSemaphore {
                 CompletionToken = boost::asio::deferred_t>
   auto async_acquire(CompletionToken&& token = CompletionToken()) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
-        Initiation{this}, token);
+        Initiation{this, 0}, token);
   }
 
-  /// Blocks the calling thread until it owns a permit, sharing the FIFO with asynchronous
+  /// async_acquire(token) for a waiter of priority `priority`: it is granted before every waiter
+  /// of lower priority and after those of its own or higher that queued before it, and may
+  /// displace a lower one from a full queue (see the class notes; the displaced waiter completes
+  /// with the ledger's rejection()). Otherwise as async_acquire(token).
+  template <BOOST_ASIO_COMPLETION_TOKEN_FOR(void(boost::system::error_code))
+                CompletionToken = boost::asio::deferred_t>
+  auto async_acquire(std::int32_t priority, CompletionToken&& token = CompletionToken()) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+        Initiation{this, priority}, token);
+  }
+
+  /// Blocks the calling thread until it owns a permit, sharing the queue with asynchronous
   /// waiters. Throws `boost::system::system_error` with `kevlar::errc::closed` if the semaphore is
   /// or gets closed first (or with the ledger's rejection code), and with
   /// `boost::asio::error::operation_aborted` if `stop` is requested first (see acquire_or_error).
@@ -270,21 +287,24 @@ class BasicUnpairedSemaphore {
   /// Thread-safe.
   void acquire(std::stop_token stop = {});
 
-  /// Blocking acquire reporting failure as an error code instead of throwing; see acquire().
+  /// Blocking acquire reporting failure as an error code instead of throwing; see acquire(). The
+  /// caller waits with priority `priority` (see async_acquire(priority, token)).
   ///
   /// Cancellation: if `stop` is requested before the call, it returns `operation_aborted` without
   /// taking a permit; if it is requested while the caller waits in the queue (from any thread),
   /// the caller leaves the queue — consuming nothing, the others keeping their order — and gets
   /// `operation_aborted`. A request that loses the race with a grant changes nothing: the caller
   /// owns the permit it was given.
-  [[nodiscard]] boost::system::error_code acquire_or_error(std::stop_token stop = {});
+  [[nodiscard]] boost::system::error_code acquire_or_error(std::stop_token stop = {},
+                                                           std::int32_t priority = 0);
 
   /// Blocking acquire that gives up at `deadline`, read on `clock` (a synchronous execution's
   /// queue wait under a timeout: the context's deadline). Returns no error once the caller owns a
   /// permit; `kevlar::errc::timeout` if the deadline passes first (the caller leaves the queue as
   /// a cancelled waiter does: it consumes nothing and the others keep their order);
   /// `operation_aborted` if `stop` is requested first; `kevlar::errc::closed`; or the ledger's
-  /// rejection code. A deadline that has passed already still takes a permit that is free at once
+  /// rejection code. The caller waits with priority `priority` (see async_acquire(priority,
+  /// token)). A deadline that has passed already still takes a permit that is free at once
   /// (as try_acquire() does) but never queues: it is `errc::timeout` (or `errc::closed`) then.
   ///
   /// The clock decides when the deadline has passed: with a ManualClock the caller waits until a
@@ -298,13 +318,35 @@ class BasicUnpairedSemaphore {
   /// Thread-safe.
   [[nodiscard]] boost::system::error_code acquire_until(const Clock& clock,
                                                         Clock::time_point deadline,
-                                                        std::stop_token stop = {});
+                                                        std::stop_token stop = {},
+                                                        std::int32_t priority = 0);
 
   /// T7: refuses every later acquire (they complete with kevlar::errc::closed) and completes every
   /// queued waiter exactly once with kevlar::errc::closed, on its own executor, never inline.
   /// Permits already granted stay granted; release() keeps working. Idempotent, noexcept,
   /// allocation-free. Thread-safe.
   void close() noexcept;
+
+  /// Takes the newest waiter of the lowest priority out of the queue if that priority is below
+  /// `priority`, and completes it with `ec` (on its executor, never inline; it owns nothing):
+  /// true if there was one. `ec` must be an error (a waiter completed without one would believe
+  /// it owns a permit). A blocking acquire_until() waiter given `operation_aborted` reports it as
+  /// the timeout if its deadline has passed too. For an owner whose queue limit the ledger does not
+  /// count (a rate limit's reservations) making room for a newcomer of higher priority. Never
+  /// allocates. Thread-safe.
+  bool evict_below(std::int32_t priority, boost::system::error_code ec) noexcept;
+
+  /// The priority of the newest waiter of the lowest priority (the one a newcomer of higher
+  /// priority would displace from a full queue), or no_waiter_priority when nobody waits (which
+  /// is also what a queue whose lowest waiter has that priority reports: nobody outranks it). A
+  /// hint, read without the lock (one relaxed load): an owner asks it before it takes the lock to
+  /// try a displacement that cannot succeed; racing a cancellation or a grant it may be stale,
+  /// as if the newcomer had come a moment earlier. Thread-safe.
+  [[nodiscard]] std::int32_t lowest_queued_priority() const noexcept {
+    return lowest_queued_.load(std::memory_order_relaxed);
+  }
+  /// lowest_queued_priority() of an empty queue: no newcomer displaces anyone.
+  static constexpr std::int32_t no_waiter_priority = 0x7FFF'FFFF;
 
   /// A coherent view of {available permits, queued waiters, closed}, from one atomic load.
   /// Thread-safe; a concurrent snapshot may be stale but is never torn.
@@ -330,7 +372,7 @@ class BasicUnpairedSemaphore {
 
   /// T1 or T3/T3'/T2 for an asynchronous wait; allocates before touching the ledger.
   template <class Handler>
-  void start_acquire(Handler&& handler);
+  void start_acquire(Handler&& handler, std::int32_t priority);
   /// T3/T3'/T2 under the lock for an idle `node` (or its cancellation, arrived first): links it,
   /// calling `on_link()` (noexcept) just before, or sets its final state and says why not. Never
   /// completes the node.
@@ -339,10 +381,17 @@ class BasicUnpairedSemaphore {
   friend struct detail::SemaphoreAccess;
   /// Cancellation arbitration (T6): takes `node` out of the queue if it is still there.
   void cancel_wait(detail::WaitNode* node) noexcept;
-  /// Under the lock: moves the `k` oldest waiters, which the ledger has just granted, to
+  /// Under the lock: links `node` at its place (link_by_priority) and marks it linked.
+  void link_locked(detail::WaitNode* node) noexcept;
+  /// Under the lock: unlinks the newest waiter of the lowest priority if that is below `priority`
+  /// (marked aborted; the caller completes it after the lock and fixes the ledger's count).
+  detail::WaitNode* evict_tail_locked(std::int32_t priority) noexcept;
+  /// Under the lock: lowest_queued_ follows the queue's tail.
+  void note_tail_locked() noexcept;
+  /// Under the lock: moves the `k` first waiters, which the ledger has just granted, to
   /// `granted` (completed once the lock is released).
-  KEVLAR_DETAIL_ALWAYS_INLINE void take_oldest_locked(std::int64_t k,
-                                                      detail::WaitQueue& granted) noexcept;
+  KEVLAR_DETAIL_ALWAYS_INLINE void take_first_locked(std::int64_t k,
+                                                     detail::WaitQueue& granted) noexcept;
 
   executor_type default_ex_;
   // The ledger word is written by every fast path: keep it alone on its cache line.
@@ -350,6 +399,7 @@ class BasicUnpairedSemaphore {
   // Slow-path state, touched only to park, hand off, cancel and close.
   alignas(64) detail::SpinLock lock_;
   detail::WaitQueue queue_;
+  std::atomic<std::int32_t> lowest_queued_{no_waiter_priority};
 };
 
 /// The plain unpaired semaphore: tokens accumulate from release() and are consumed by acquires.

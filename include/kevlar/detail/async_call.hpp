@@ -371,6 +371,19 @@ class AsyncCall final : public CallBase {
   /// Allocates and starts an execution. Completion never happens inside this call.
   static void start(Lease keep_alive, const PipelineView& pipeline, Handler handler,
                     Attempt attempt) {
+    start_with(std::move(keep_alive), pipeline, std::move(handler), std::move(attempt), nullptr);
+  }
+  /// start(), for an execution the caller started with `options` (CallOptions).
+  static void start(Lease keep_alive, const PipelineView& pipeline, Handler handler,
+                    Attempt attempt, const CallOptions& options) {
+    start_with(std::move(keep_alive), pipeline, std::move(handler), std::move(attempt), &options);
+  }
+
+ private:
+  KEVLAR_DETAIL_ALWAYS_INLINE static void start_with(Lease keep_alive,
+                                                     const PipelineView& pipeline,
+                                                     Handler handler, Attempt attempt,
+                                                     const CallOptions* options) {
     if constexpr (!has_own_executor<Handler>) {
       if (pipeline.needs_executor) {
         refuse_without_executor(std::move(handler));
@@ -407,6 +420,7 @@ class AsyncCall final : public CallBase {
       call->destroy();
       throw;
     }
+    if (options != nullptr) call->context_storage_.set_priority(options->priority);
     if (pipeline.observes_executions) call->observe_start();
     const CallBase* previous = std::exchange(tl_initiating_call, call);
     try {
@@ -417,6 +431,8 @@ class AsyncCall final : public CallBase {
     }
     tl_initiating_call = previous;
   }
+
+ public:
 
   template <class E, class... Args>
   void store(E&& e, Args&&... args) {

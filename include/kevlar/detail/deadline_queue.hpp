@@ -163,6 +163,10 @@ class DeadlineQueue final : private ClockWaiter {
 /// DeadlineAction::resume: resumes the strategy at layer `index`, suspended on its attempts, as
 /// its own wait's completion would (Strategy::on_wait_complete with success).
 void resume_at_deadline(CallBase& call, std::size_t index);
+/// DeadlineAction::cancel_wait: cancels the wait the strategy at layer `index` is in (its queue
+/// wait, its timed wait), as a cancellation of the caller's would reach it, with nothing else
+/// marked cancelled.
+void cancel_wait_at_deadline(CallBase& call, std::size_t index);
 
 /// Cancels the idle timers of every deadline queue of `ctx`.
 void release_idle_deadline_timers(boost::asio::execution_context& ctx) noexcept;

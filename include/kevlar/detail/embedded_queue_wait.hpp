@@ -18,6 +18,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -40,7 +41,7 @@ namespace kevlar::detail {
 /// engine's grant trampoline when the releasing completion runs on the same io_context and thread,
 /// otherwise through that io_context's executor; an io_context destroyed with the delivery queued
 /// returns a granted permit and abandons the execution. The semaphore's rules are unchanged:
-/// FIFO, the cancellation race (through the execution's inline slot), close, never completing
+/// priority order, displacement, the cancellation race (through the execution's inline slot), close, never completing
 /// inside release() or close().
 ///
 /// kevlar::QueueSemaphore's step (<kevlar/queue_wait.hpp>) starts it.
@@ -61,8 +62,8 @@ class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
   EmbeddedQueueWait& operator=(const EmbeddedQueueWait&) = delete;
 
   /// Builds a wait of `call`, an asynchronous execution on `context`'s plain executor, for a
-  /// permit of `sem`, in `storage` (CallBase::queue_wait_storage), and parks it: true if it is
-  /// queued (from then on the queue owns the execution), false with `decided` set if the
+  /// permit of `sem` at `priority`, in `storage` (CallBase::queue_wait_storage), and parks it:
+  /// true if it is queued (from then on the queue owns the execution), false with `decided` set if the
   /// semaphore decided at once (nothing is left behind). The engine calls it once the layer's
   /// callback has returned: a release on another thread may deliver (and end the execution) as
   /// soon as the node is linked, so the engine reads nothing of the execution after a successful
@@ -70,10 +71,12 @@ class EmbeddedQueueWait final : public WaitNode, public TrampolineJob {
   /// taken under the lock, only when the node is linked: a decision made at once must not give
   /// back a count that may be the io_context's last (that would stop a loop not yet running).
   static bool start(Semaphore& sem, CallBase& call, boost::asio::io_context& context,
-                    void* storage, boost::system::error_code& decided) noexcept {
+                    void* storage, std::int32_t priority,
+                    boost::system::error_code& decided) noexcept {
     static_assert(sizeof(EmbeddedQueueWait) <= queue_wait_size &&
                   alignof(EmbeddedQueueWait) <= alignof(std::max_align_t));
     auto* self = ::new (storage) EmbeddedQueueWait(sem, call, context);
+    self->set_priority(priority);
     call.inline_slot().template emplace<CancelHandler>(self);
     const Parked parked = SemaphoreAccess::park(*self->sem_, *self, [self]() noexcept {
       self->work_.emplace(boost::asio::prefer(self->context_->get_executor(),

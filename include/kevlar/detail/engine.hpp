@@ -181,6 +181,9 @@ class CallBase : private ClockWaiter {
 
   /// Cancels what is running inside layer `origin`.
   void cancel_inner(std::size_t origin, boost::asio::cancellation_type type) noexcept;
+  /// Cancels the pending step, the wait of the layer that is waiting (a queue wait, a timed
+  /// wait), without marking anything inside it cancelled: the layer's own deadline ended its wait.
+  void cancel_own_wait(boost::asio::cancellation_type type) noexcept;
 
   // ---- several attempts at once (asynchronous executions) ----
   /// Starts an attempt of the layers inside `layer` (and the user's operation) with a copy of the

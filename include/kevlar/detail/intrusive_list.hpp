@@ -55,7 +55,7 @@ class IntrusiveList {
     tail_ = n;
   }
 
-  /// Inserts `n`, which is in no list, before `pos`, which is in this list (nullptr: at the back).
+  /// Prepends `n`, which is in no list.
   void push_front(Node* n) noexcept {
     IntrusiveListHook<Node>& h = unlinked(n);
     h.list_next_ = head_;
@@ -69,6 +69,7 @@ class IntrusiveList {
     tail_ = nullptr;
   }
 
+  /// Inserts `n`, which is in no list, before `pos`, which is in this list (nullptr: at the back).
   void insert_before(Node* pos, Node* n) noexcept {
     if (pos == nullptr) {
       push_back(n);

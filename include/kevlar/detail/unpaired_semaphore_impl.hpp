@@ -271,10 +271,11 @@ template <Ledger L>
 struct BasicUnpairedSemaphore<L>::Initiation {
   using executor_type = BasicUnpairedSemaphore::executor_type;
   BasicUnpairedSemaphore* self;
+  std::int32_t priority;
   [[nodiscard]] executor_type get_executor() const noexcept { return self->default_ex_; }
   template <class Handler>
   void operator()(Handler&& handler) const {
-    self->start_acquire(std::forward<Handler>(handler));
+    self->start_acquire(std::forward<Handler>(handler), priority);
   }
 };
 
@@ -294,7 +295,7 @@ bool BasicUnpairedSemaphore<L>::release(count_type n) noexcept {
     std::lock_guard<detail::SpinLock> lock(lock_);
     const std::int64_t k = ledger_.release_locked(n);
     if (k < 0) return false;
-    take_oldest_locked(k, granted);
+    take_first_locked(k, granted);
   }
   detail::complete_all(granted, {});
   return true;
@@ -309,14 +310,14 @@ bool BasicUnpairedSemaphore<L>::adjust(Change change) noexcept {
     std::lock_guard<detail::SpinLock> lock(lock_);
     const std::int64_t k = change(ledger_);
     if (k < 0) return false;
-    take_oldest_locked(k, granted);
+    take_first_locked(k, granted);
   }
   detail::complete_all(granted, {});
   return true;
 }
 
 template <Ledger L>
-KEVLAR_DETAIL_ALWAYS_INLINE inline void BasicUnpairedSemaphore<L>::take_oldest_locked(
+KEVLAR_DETAIL_ALWAYS_INLINE inline void BasicUnpairedSemaphore<L>::take_first_locked(
     std::int64_t k, detail::WaitQueue& granted) noexcept {
   for (std::int64_t i = 0; i < k; ++i) {
     detail::WaitNode* w = queue_.pop_front();
@@ -327,6 +328,39 @@ KEVLAR_DETAIL_ALWAYS_INLINE inline void BasicUnpairedSemaphore<L>::take_oldest_l
     w->set_state(detail::WaitState::granted);
     granted.push_back(w);
   }
+  if (k > 0) note_tail_locked();
+}
+
+template <Ledger L>
+inline void BasicUnpairedSemaphore<L>::note_tail_locked() noexcept {
+  const detail::WaitNode* tail = queue_.back();
+  lowest_queued_.store(tail != nullptr ? tail->priority() : no_waiter_priority,
+                       std::memory_order_relaxed);
+}
+
+template <Ledger L>
+detail::WaitNode* BasicUnpairedSemaphore<L>::evict_tail_locked(std::int32_t priority) noexcept {
+  detail::WaitNode* tail = queue_.back();
+  if (tail == nullptr || tail->priority() >= priority) return nullptr;
+  queue_.unlink(tail);
+  tail->set_state(detail::WaitState::aborted);
+  return tail;
+}
+
+template <Ledger L>
+bool BasicUnpairedSemaphore<L>::evict_below(std::int32_t priority,
+                                            boost::system::error_code ec) noexcept {
+  BOOST_ASSERT(ec);  // a waiter completed without an error owns a permit
+  detail::WaitNode* victim = nullptr;
+  {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    victim = evict_tail_locked(priority);
+    if (victim == nullptr) return false;
+    ledger_.cancel_locked();
+    note_tail_locked();
+  }
+  victim->complete(ec);
+  return true;
 }
 
 template <Ledger L>
@@ -336,10 +370,12 @@ void BasicUnpairedSemaphore<L>::acquire(std::stop_token stop) {
 }
 
 template <Ledger L>
-boost::system::error_code BasicUnpairedSemaphore<L>::acquire_or_error(std::stop_token stop) {
+boost::system::error_code BasicUnpairedSemaphore<L>::acquire_or_error(std::stop_token stop,
+                                                                      std::int32_t priority) {
   if (stop.stop_requested()) return boost::asio::error::operation_aborted;
   if (ledger_.try_acquire()) return {};
   detail::BlockingWaiter waiter;
+  waiter.set_priority(priority);
   const detail::Parked parked = park(&waiter, []() noexcept {});
   if (!parked.queued) return parked.ec;  // granted, closed or rejected under the lock
   if (!stop.stop_possible()) return waiter.wait();
@@ -352,13 +388,15 @@ boost::system::error_code BasicUnpairedSemaphore<L>::acquire_or_error(std::stop_
 template <Ledger L>
 boost::system::error_code BasicUnpairedSemaphore<L>::acquire_until(const Clock& clock,
                                                                    Clock::time_point deadline,
-                                                                   std::stop_token stop) {
+                                                                   std::stop_token stop,
+                                                                   std::int32_t priority) {
   if (stop.stop_requested()) return boost::asio::error::operation_aborted;
   if (ledger_.try_acquire()) return {};
   if (clock.now() >= deadline) {  // too late to queue
     return make_error_code(ledger_.snapshot().closed ? errc::closed : errc::timeout);
   }
   detail::ClockBlockingWaiter waiter;  // allocates its stop state: before the ledger changes
+  waiter.set_priority(priority);
   const detail::Parked parked = park(&waiter, []() noexcept {});
   if (!parked.queued) return parked.ec;  // granted, closed or rejected under the lock
   // Declared after the waiter: its destructor waits for a callback running on another thread.
@@ -391,6 +429,7 @@ void BasicUnpairedSemaphore<L>::close() noexcept {
     for (detail::WaitNode* n = aborted.front(); n != nullptr; n = detail::WaitQueue::next(n)) {
       n->set_state(detail::WaitState::aborted);
     }
+    note_tail_locked();
   }
   detail::complete_all(aborted, make_error_code(errc::closed));
 }
@@ -412,6 +451,7 @@ void BasicUnpairedSemaphore<L>::cancel_wait(detail::WaitNode* node) noexcept {
         queue_.unlink(node);
         ledger_.cancel_locked();
         node->set_state(WaitState::cancelled);
+        note_tail_locked();
         break;
       default:
         return;
@@ -631,13 +671,14 @@ class BasicUnpairedSemaphore<L>::AcquireOp final : public detail::WaitNode,
 
 template <Ledger L>
 template <class Handler>
-void BasicUnpairedSemaphore<L>::start_acquire(Handler&& handler) {
+void BasicUnpairedSemaphore<L>::start_acquire(Handler&& handler, std::int32_t priority) {
   using Op = AcquireOp<std::decay_t<Handler>>;
   auto slot = boost::asio::get_associated_cancellation_slot(handler);
 
   // Every allocation happens before the ledger or the queue change (std::bad_alloc leaves them
   // untouched).
   Op* op = Op::create(this, std::move(handler));
+  op->set_priority(priority);
   if (ledger_.try_acquire()) {  // T1
     op->set_state(detail::WaitState::granted);
     op->schedule({});
@@ -661,28 +702,47 @@ template <Ledger L>
 template <class OnLink>
 detail::Parked BasicUnpairedSemaphore<L>::park(detail::WaitNode* node, OnLink&& on_link) noexcept {
   using detail::WaitState;
-  std::lock_guard<detail::SpinLock> lock(lock_);
-  if (node->state() == WaitState::cancel_pending) {
-    node->set_state(WaitState::cancelled);
-    return {false, boost::asio::error::operation_aborted};
-  }
-  switch (ledger_.admit_locked()) {
-    case Admission::queued:  // T3: visible to releasers from here
-      on_link();
-      queue_.push_back(node);
-      node->set_state(WaitState::linked);
-      return {true, {}};
-    case Admission::granted:  // T3'
-      node->set_state(WaitState::granted);
-      return {false, {}};
-    case Admission::closed:
+  detail::WaitNode* victim = nullptr;
+  {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    if (node->state() == WaitState::cancel_pending) {
+      node->set_state(WaitState::cancelled);
+      return {false, boost::asio::error::operation_aborted};
+    }
+    switch (ledger_.admit_locked()) {
+      case Admission::queued:  // T3: visible to releasers from here
+        on_link();
+        link_locked(node);
+        return {true, {}};
+      case Admission::granted:  // T3'
+        node->set_state(WaitState::granted);
+        return {false, {}};
+      case Admission::closed:
+        node->set_state(WaitState::aborted);
+        return {false, make_error_code(errc::closed)};
+      case Admission::rejected:
+        break;
+    }
+    // T2 with priorities: the newest waiter of the lowest priority, if lower than this one's,
+    // gives its place up. The ledger's count of queued waiters is unchanged: one leaves as the
+    // other joins, in one critical section.
+    victim = evict_tail_locked(node->priority());
+    if (victim == nullptr) {
       node->set_state(WaitState::aborted);
-      return {false, make_error_code(errc::closed)};
-    case Admission::rejected:
-      break;
+      return {false, L::rejection()};
+    }
+    on_link();
+    link_locked(node);
   }
-  node->set_state(WaitState::aborted);
-  return {false, L::rejection()};
+  victim->complete(L::rejection());
+  return {true, {}};
+}
+
+template <Ledger L>
+inline void BasicUnpairedSemaphore<L>::link_locked(detail::WaitNode* node) noexcept {
+  detail::link_by_priority(queue_, node);
+  node->set_state(detail::WaitState::linked);
+  note_tail_locked();
 }
 
 namespace detail {

@@ -1,4 +1,4 @@
-// kevlar — the intrusive FIFO of parked waiters behind kevlar::BasicUnpairedSemaphore.
+// kevlar — the intrusive queue of parked waiters behind kevlar::BasicUnpairedSemaphore.
 //
 // No counting logic lives here: the queue (a detail::IntrusiveList) links, pops and unlinks nodes,
 // and the node's state byte records which of the exclusive exits (grant, cancellation, close) took
@@ -43,16 +43,31 @@ struct WaitNode : IntrusiveListHook<WaitNode> {
   [[nodiscard]] WaitState state() const noexcept { return state_.load(std::memory_order_acquire); }
   void set_state(WaitState s) noexcept { state_.store(s, std::memory_order_release); }
 
+  /// The waiter's priority: higher waiters are granted first, equal ones in arrival order. Set
+  /// before the node is parked, constant while it is linked.
+  [[nodiscard]] std::int32_t priority() const noexcept { return priority_; }
+  void set_priority(std::int32_t p) noexcept { priority_ = p; }
+
  private:
   std::atomic<WaitState> state_{WaitState::idle};
+  std::int32_t priority_ = 0;  // in the padding after state_: the node stays 32 bytes
   CompleteFn complete_;
 };
 
-/// The FIFO of parked waiters (O(1) push, pop and unlink; never allocates). Not synchronised: the
-/// semaphore serialises access with its slow-path lock. Waiters it takes out under the lock (a
+/// The parked waiters, highest priority first and in arrival order within a priority (O(1) pop and
+/// unlink; a push walks back from the newest past the waiters of lower priority, O(1) when all
+/// share one priority; never allocates). Not synchronised: the semaphore serialises access with its
+/// slow-path lock. Waiters it takes out under the lock (a
 /// release's grants, close()'s aborts) go to a second WaitQueue on the caller's stack, completed by
 /// complete_all() once the lock is released, so a release that wakes k waiters allocates nothing.
 using WaitQueue = IntrusiveList<WaitNode>;
+
+/// Links `node` behind every waiter of its priority or higher, ahead of every lower one.
+inline void link_by_priority(WaitQueue& queue, WaitNode* node) noexcept {
+  WaitNode* after = queue.back();
+  while (after != nullptr && after->priority() < node->priority()) after = WaitQueue::prev(after);
+  queue.insert_before(after != nullptr ? WaitQueue::next(after) : queue.front(), node);
+}
 
 /// Completes every node of `nodes` with `ec`, oldest first, leaving `nodes` empty. Each node is
 /// taken out of the list before it completes: a completed node may be destroyed by another thread

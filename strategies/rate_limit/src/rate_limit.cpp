@@ -17,6 +17,9 @@ using Frame = detail::RateLimitFrame;
 // A synchronous execution keeps its layers' frames on the stack up to a fixed size: a pointer and
 // two flags keep this one at 16 bytes.
 static_assert(sizeof(Frame) <= 16);
+// The queue deadline's room behind the frame (limiters with a queue timeout only).
+constexpr std::size_t frame_with_deadline =
+    detail::frame_extension_offset<Frame> + sizeof(detail::QueueWaitDeadline);
 using Kind = RateLimitLedger::Decision::Kind;
 
 /// The furthest a schedule may run ahead of now: a quarter of the nanosecond range (73 years),
@@ -63,6 +66,11 @@ RateLimitOptions validated(RateLimitOptions o) {
     throw std::invalid_argument(
         "kevlar::RateLimitOptions: (burst + queue_limit) x window / permits must be at most 73 "
         "years (a schedule the limiter can count in nanoseconds)");
+  }
+  detail::validate_queue_timeout(o.queue_timeout, "kevlar::RateLimitOptions::");
+  if (o.queue_timeout.enabled() && o.queue_limit == 0) {
+    throw std::invalid_argument(
+        "kevlar::RateLimitOptions::queue_timeout needs a queue (queue_limit is 0: nothing waits)");
   }
   return o;
 }
@@ -161,6 +169,25 @@ void RateLimitLedger::consume_head() noexcept {
   --queued_;
 }
 
+bool RateLimitLedger::reserve_displacing(const Clock& clock, bool (*displace)(void*) noexcept,
+                                         void* arg) noexcept {
+  const std::lock_guard lock(mutex_);
+  // The displaced call gives its reservation back through cancel_reservation, which waits for
+  // this mutex: nobody else can take the place it leaves before this call has taken it.
+  if (!displace(arg)) return false;
+  const rep now = clock.now().time_since_epoch().count();
+  const rep tat = tat_.load(std::memory_order_relaxed);
+  ++queued_;
+  tat_.store((tat > now ? tat : now) + interval_, std::memory_order_relaxed);
+  return true;
+}
+
+Clock::duration RateLimitLedger::queued_debt(Clock::time_point now) const noexcept {
+  const std::lock_guard lock(mutex_);
+  const rep lead = ahead(tat_.load(std::memory_order_relaxed), now.time_since_epoch().count());
+  return Clock::duration(lead > tolerance_ ? lead - tolerance_ : 0);
+}
+
 void RateLimitLedger::cancel_reservation() noexcept {
   const std::lock_guard lock(mutex_);
   BOOST_ASSERT(queued_ > 0);
@@ -222,6 +249,7 @@ std::uint32_t RateLimitLedger::queued() const noexcept {
 
 RateLimitStrategy::RateLimitStrategy(RateLimitOptions options)
     : options_(validated(std::move(options))),
+      queue_timeout_(options_.queue_timeout),
       ledger_(emission_interval(options_),
               static_cast<std::uint32_t>(options_.burst.value_or(options_.permits)),
               static_cast<std::uint32_t>(options_.queue_limit)),
@@ -234,6 +262,9 @@ std::string RateLimitStrategy::describe() const {
     s += ", burst " + std::to_string(ledger_.burst());
   }
   if (options_.queue_limit > 0) s += ", queue " + std::to_string(options_.queue_limit);
+  if (queue_timeout_.enabled()) {
+    s += ", queue timeout " + detail::describe_queue_timeout(options_.queue_timeout);
+  }
   return s + ")";
 }
 
@@ -241,6 +272,10 @@ StrategyTraits RateLimitStrategy::strategy_traits() const noexcept {
   StrategyTraits t;
   t.stateful = true;
   t.waits_in_queue = true;  // queued executions park inside themselves (Step::queue)
+  if (queue_timeout_.enabled()) {
+    t.frame_size = frame_with_deadline;
+    t.needs_executor = true;  // the queue deadline's expiry runs on the call's executor
+  }
   return t;
 }
 
@@ -249,9 +284,46 @@ Step RateLimitStrategy::start(Layer& layer, Frame& f) {
   if (d.kind == Kind::admitted) [[likely]] {
     return Step::run_inner;
   }
-  if (d.kind == Kind::rejected) return reject(layer, f, d.retry_after);
+  // Out of line, so that the admission stays small enough to inline where the engine calls it.
+  return contend(layer, f, d.retry_after, d.kind == Kind::queued);
+}
+
+[[gnu::noinline]] Step RateLimitStrategy::contend(Layer& layer, Frame& f,
+                                                  Clock::duration retry_after, bool queued) {
+  if (ledger_.queue_limit() == 0) return reject(layer, f, retry_after);  // never queues
+  Context& context = layer.context();
+  if (options_.priority_generator) {
+    try {
+      context.set_priority(options_.priority_generator(context));
+    } catch (...) {
+      if (queued) ledger_.cancel_reservation();  // the call never queued after all
+      throw;
+    }
+  }
+  if (!queued && !displace(layer)) return reject(layer, f, retry_after);
   f.hold.reserve(*this);  // from here on, the frame gives the reservation back
+  if (queue_timeout_.enabled()) {
+    auto* d = ::new (static_cast<void*>(&detail::queue_wait_deadline(f))) detail::QueueWaitDeadline;
+    f.queue_deadline = true;
+    const std::uint32_t waiting = ledger_.queued();  // this call's reservation included
+    d->begin(layer, queue_timeout_.deadline(layer.clock().now(), waiting > 0 ? waiting - 1 : 0),
+             queue_timeout_.same_duration());
+  }
   return take_turn(layer, f);
+}
+
+bool RateLimitStrategy::displace(Layer& layer) {
+  struct Displace {
+    QueueSemaphore<LimiterLedger>* turn;
+    std::int32_t priority;
+    static bool run(void* self) noexcept {
+      auto* d = static_cast<Displace*>(self);
+      return d->turn->evict_below(d->priority, make_error_code(errc::rate_limited));
+    }
+  };
+  Displace d{&turn_, layer.context().priority()};
+  if (d.priority <= turn_.lowest_queued_priority()) return false;  // nobody lower waits
+  return ledger_.reserve_displacing(layer.clock(), &Displace::run, &d);
 }
 
 Step RateLimitStrategy::inner_complete(Layer& layer, Frame& /*f*/) {
@@ -275,16 +347,44 @@ Step RateLimitStrategy::take_turn(Layer& layer, Frame& f) {
 
 Step RateLimitStrategy::at_head(Layer& layer, Frame& f) {
   if (leaving(layer)) {
-    // Cancelled, or past its deadline, while the turn was on its way (the semaphore ignores a
-    // cancellation once it has granted), or an outer timeout expired: it never runs.
-    f.hold.leave();
-    layer.outcome().set_error(boost::asio::error::operation_aborted);
-    return Step::complete;
+    // Cancelled, or past its deadline (its queue deadline, in a synchronous execution), while
+    // the turn was on its way (the semaphore ignores a cancellation once it has granted), or an
+    // outer timeout expired: it never runs.
+    return leave(layer, f, boost::asio::error::operation_aborted);
   }
+  const Clock::time_point now = layer.clock().now();
   const Clock::time_point due = ledger_.head_due();
-  if (layer.clock().now() < due) return layer.wait_until(due);  // cancellable, like any wait
+  if (now < due) {
+    if (f.queue_deadline && detail::queue_wait_deadline(f).expired(now)) [[unlikely]] {
+      // Its queue deadline has passed before its due time (the expiry is on its way).
+      return leave(layer, f, boost::asio::error::operation_aborted, true);
+    }
+    return layer.wait_until(due);  // cancellable, like any wait
+  }
+  if (f.queue_deadline) [[unlikely]] {
+    (void)detail::queue_wait_deadline(f).end(layer, false);  // started in time
+    f.end_queue_deadline();
+  }
   f.hold.start();  // the reservation is used, and the next queued call becomes the head
   return Step::run_inner;
+}
+
+Step RateLimitStrategy::leave(Layer& layer, Frame& f, const boost::system::error_code& ec,
+                              bool expired) {
+  bool timed_out = expired;
+  if (f.queue_deadline) {
+    timed_out |=
+        detail::queue_wait_deadline(f).end(layer, ec == boost::asio::error::operation_aborted);
+    f.end_queue_deadline();
+  }
+  f.hold.leave();  // the reservation (and the turn) go back
+  if (timed_out) return reject(layer, f, Clock::duration::zero(), errc::queue_timeout);
+  if (ec == errc::rate_limited) {
+    // Displaced by a call of higher priority: rejected as a full queue rejects a newcomer.
+    return reject(layer, f, ledger_.queued_debt(layer.clock().now()));
+  }
+  layer.outcome().set_error(ec);
+  return Step::complete;
 }
 
 Step RateLimitStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
@@ -295,10 +395,21 @@ Step RateLimitStrategy::wait_complete(Layer& layer, Frame& f, const boost::syste
     if (!f.hold.has_turn()) f.hold.adopt_turn();
     return at_head(layer, f);
   }
-  // Cancelled while queued (operation_aborted), or the limiter is being destroyed (closed).
-  f.hold.leave();
-  layer.outcome().set_error(ec);
-  return Step::complete;
+  // Cancelled while queued (operation_aborted), timed out in the queue, displaced by a call of
+  // higher priority (rate_limited), or the limiter is being destroyed (closed).
+  return leave(layer, f, ec);
+}
+
+void detail::RateLimitFrame::leave_queue() noexcept {
+  if (queue_deadline) end_queue_deadline();
+  hold.leave();
+}
+
+void detail::RateLimitFrame::end_queue_deadline() noexcept {
+  QueueWaitDeadline& d = queue_wait_deadline(*this);
+  d.drop();
+  d.~QueueWaitDeadline();
+  queue_deadline = false;
 }
 
 void detail::RateLimitHold::leave_queue() noexcept {
@@ -307,16 +418,21 @@ void detail::RateLimitHold::leave_queue() noexcept {
   if (std::exchange(turn_, false)) (void)limiter->turn_.release();
 }
 
-Step RateLimitStrategy::reject(Layer& layer, Frame& f, Clock::duration retry_after) {
-  if (layer.observed()) layer.emit(Rejected{RejectionKind::rate_limit, retry_after});
+Step RateLimitStrategy::reject(Layer& layer, Frame& f, Clock::duration retry_after, errc reason) {
+  const bool timed_out = reason == errc::queue_timeout;
+  const std::optional<Clock::duration> after =
+      timed_out ? std::nullopt : std::optional<Clock::duration>(retry_after);
+  if (layer.observed()) {
+    layer.emit(
+        Rejected{timed_out ? RejectionKind::queue_timeout : RejectionKind::rate_limit, after});
+  }
   const RateLimitRejectedEvent event{
       retry_after,           static_cast<std::uint32_t>(options_.permits),
       options_.window,       ledger_.burst(),
       ledger_.queue_limit(), layer.strategy_index(),
-      layer.context()};
+      layer.context(),       reason};
   return detail::run_rejection_hooks(layer, event, options_.on_rejected, options_.on_rejected_async,
-                                     make_error_code(errc::rate_limited), retry_after,
-                                     [&f] { f.rejecting = true; });
+                                     make_error_code(reason), after, [&f] { f.rejecting = true; });
 }
 
 std::shared_ptr<RateLimitStrategy> rate_limit(int permits, Clock::duration window) {

@@ -8,6 +8,7 @@
 #include <kevlar/limiter_ledger.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/permit.hpp>
+#include <kevlar/queue_timeout.hpp>
 #include <kevlar/queue_wait.hpp>
 #include <kevlar/strategy.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
@@ -38,6 +39,9 @@ struct ConcurrencyLimitRejectedEvent {
   std::uint32_t max_queue;
   std::size_t strategy_index;  ///< position of the limiter in the pipeline (0: outermost)
   Context& context;            ///< the rejected execution's context (do not keep it)
+  /// Why: `errc::concurrency_limit_exceeded` (no permit and no queue place, or displaced from the
+  /// queue by a call of higher priority) or `errc::queue_timeout` (waited its longest).
+  errc reason = errc::concurrency_limit_exceeded;
 };
 
 /// Options of Shield::concurrency_limit. Defaults follow Kevlar.
@@ -54,6 +58,18 @@ struct ConcurrencyLimitOptions {
   /// execution's executor; a synchronous execution runs it to completion on a private
   /// io_context. An exception it throws replaces the rejection.
   std::function<boost::asio::awaitable<void>(ConcurrencyLimitRejectedEvent)> on_rejected_async;
+  /// The priority of a call that finds no permit free (called then, before it queues or is
+  /// rejected): its result becomes the context's priority (Context::priority()). Empty (the
+  /// default): the context's priority as the caller set it (CallOptions::priority, 0 if not).
+  /// Higher is served first; a call of higher priority than the newest of the lowest queued ones
+  /// takes its place in a full queue. It runs each time the execution finds no permit (again for
+  /// a retry's next attempt, or at a second limiter) and sees the context's priority as it is
+  /// then, its own last answer included. An exception it throws fails the call.
+  std::function<std::int32_t(const Context&)> priority_generator;
+  /// How long a queued call may wait before it fails with `errc::queue_timeout` (a rejection:
+  /// the Rejected event, the hooks): none (the default), fixed or adaptive (CoDel). With one, an
+  /// asynchronous execution needs an executor (StrategyTraits::needs_executor).
+  QueueTimeout queue_timeout;
 };
 
 /// Running, queued and free permits, read from one atomic load (always coherent).
@@ -67,10 +83,24 @@ struct ConcurrencyLimitState {
 namespace detail {
 
 /// A concurrency limit's per-execution state, in its layer's frame. The permit the execution
-/// holds goes back with the frame, however the execution ends.
+/// holds goes back with the frame, however the execution ends. A limiter with a queue timeout
+/// keeps the queued call's deadline behind the frame (detail::queue_wait_deadline), so that the
+/// frame of every other limiter stays 16 bytes.
 struct LimiterFrame {
+  LimiterFrame() noexcept = default;
+  LimiterFrame(const LimiterFrame&) = delete;
+  LimiterFrame& operator=(const LimiterFrame&) = delete;
+  ~LimiterFrame() {
+    if (queue_deadline) [[unlikely]] {
+      end_queue_deadline();
+    }
+  }
+  /// Disarms and destroys the queue deadline behind the frame (out of line).
+  void end_queue_deadline() noexcept;
+
   Permit<QueueSemaphore<LimiterLedger>> permit;
-  bool rejecting = false;  ///< rejected; the asynchronous rejection hook is running
+  bool rejecting = false;       ///< rejected; the asynchronous rejection hook is running
+  bool queue_deadline = false;  ///< a QueueWaitDeadline lives behind the frame
 };
 
 }  // namespace detail
@@ -81,15 +111,26 @@ struct LimiterFrame {
 /// `errc::concurrency_limit_exceeded`, without waiting, allocating or taking a lock. A call that
 /// finds a permit free takes it with one CAS on the ledger word (no lock, no allocation, no
 /// executor hop) and gives it back with one CAS when the inner part completes (success or
-/// failure). Otherwise it queues, FIFO, on the UnpairedSemaphore: the completing call hands its
-/// permit straight to the oldest waiter, which resumes on its own executor (never inside the
-/// releaser). A newcomer never takes a permit while someone waits.
+/// failure). Otherwise it queues on the UnpairedSemaphore (by priority, FIFO within one): the
+/// completing call hands its permit straight to the first waiter, which resumes on its own executor
+/// (never inside the releaser). A newcomer never takes a permit while someone waits.
+///
+/// Priorities: a queued call waits with its context's priority (CallOptions::priority, or
+/// ConcurrencyLimitOptions::priority_generator): higher priorities are served first, equal ones
+/// in arrival order, and a call that finds the queue full takes the place of the newest call of
+/// the lowest priority if that is lower than its own: the displaced call fails with
+/// `errc::concurrency_limit_exceeded` (a rejection: event and hooks), as a call turned away
+/// from a full queue does. Queue-wait timeouts (ConcurrencyLimitOptions::queue_timeout) end a
+/// wait with `errc::queue_timeout`, in asynchronous and synchronous executions alike; a grant
+/// that races the timeout or a displacement wins or loses as a whole (the permit is neither lost
+/// nor doubled: a call granted as its queue deadline passes in a synchronous execution hands the
+/// permit on and times out).
 ///
 /// Cancellation: a queued asynchronous call honours terminal, partial and total cancellation:
 /// it leaves the queue (its place is freed exactly once), never runs, and completes with
 /// `operation_aborted` — a cancellation, not a rejection (no hooks). A cancellation racing the
 /// grant resolves once either way: if the grant won, the call runs. A synchronous execute queued
-/// here blocks its thread in the same FIFO until it gets a permit, its stop token is requested,
+/// here blocks its thread in the same queue until it gets a permit, its stop token is requested,
 /// the context's deadline (an outer timeout's budget) passes, or the limiter is closed; the stop
 /// and the deadline leave the queue as a cancellation does (`operation_aborted`, which the
 /// timeout reports as `errc::timeout`), and a grant that arrives as the deadline passes is handed
@@ -141,10 +182,10 @@ class ConcurrencyLimitStrategy final
   }
   /// Changes the maximum concurrency at run time: 1 to LimiterLedger::max_count
   /// (std::invalid_argument otherwise, nothing changed). Growth grants queued calls at once,
-  /// oldest first, up to the new room (they resume on their executors, as after a release); a
-  /// shrink stops no running call: permits above the new limit retire as their calls finish,
-  /// and no queued call is granted until fewer run than the limit. The queue limit and FIFO order
-  /// are unchanged, and no permit is lost or doubled when a change races grants, releases and
+  /// first in queue order, up to the new room (they resume on their executors, as after a release);
+  /// a shrink stops no running call: permits above the new limit retire as their calls finish, and
+  /// no queued call is granted until fewer run than the limit. The queue limit and the queue's
+  /// order are unchanged, and no permit is lost or doubled when a change races grants, releases and
   /// cancellations. A call admitted lock-free while the change is made may still count against
   /// the limit it read, so running never exceeds the largest limit set. Thread-safe: admission
   /// takes no lock for it; the change takes the queue's lock once.
@@ -156,9 +197,12 @@ class ConcurrencyLimitStrategy final
  private:
   /// No permit and no queue place (or closed): the rejection, or `errc::closed`. Out of line.
   Step refuse(Layer& layer);
-  Step reject(Layer& layer);
+  Step reject(Layer& layer, errc reason = errc::concurrency_limit_exceeded);
+  /// No permit free: the call's priority, then a displacement, a queue place or a rejection.
+  Step contend(Layer& layer, Frame& f);
   void emit_state(Layer& layer) const noexcept;
   ConcurrencyLimitOptions options_;
+  detail::QueueTimeoutPolicy queue_timeout_;
   QueueSemaphore<LimiterLedger> semaphore_;
 };
 

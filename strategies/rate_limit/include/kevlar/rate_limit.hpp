@@ -1,4 +1,4 @@
-// kevlar — the rate limit strategy: a GCRA schedule in one atomic word, FIFO reservations when
+// kevlar — the rate limit strategy: a GCRA schedule in one atomic word, queued reservations when
 // queueing is allowed.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <kevlar/error.hpp>
 #include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
+#include <kevlar/queue_timeout.hpp>
 #include <kevlar/queue_wait.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
@@ -127,6 +128,16 @@ class RateLimitLedger {
   /// Queue mode: a queued call gives its reservation back (it was cancelled, or failed while
   /// waiting): TAT moves back by T, later reservations become due T earlier.
   void cancel_reservation() noexcept;
+  /// Queue mode, a full queue: under the ledger's mutex, calls `displace(arg)`, which takes a
+  /// waiting call of lower priority out of the queue; if it did, reserves a permit for the
+  /// newcomer, whatever the queue limit says, at `clock.now()`, and returns true. The displaced
+  /// call gives its reservation back when it leaves (until then queued() counts both); holding the
+  /// mutex across both keeps that reservation from being taken by a third call in between.
+  bool reserve_displacing(const Clock& clock, bool (*displace)(void* arg) noexcept,
+                          void* arg) noexcept;
+  /// Queue mode: how long a newcomer would wait to be served at all at `now` (the queued debt, as
+  /// a full queue's rejection reports it).
+  [[nodiscard]] Clock::duration queued_debt(Clock::time_point now) const noexcept;
 
   /// The longest hold_for honours: 2^32 - 2 ms (49.7 days), the bound of kevlar's other
   /// durations.
@@ -223,6 +234,9 @@ struct RateLimitRejectedEvent {
   std::uint32_t queue_limit = 0;
   std::size_t strategy_index = 0;  ///< position of the limiter in the pipeline (0: outermost)
   Context& context;                ///< the rejected execution's context (do not keep it)
+  /// Why: `errc::rate_limited` (no permit and no queue place, or displaced from the queue by a
+  /// call of higher priority) or `errc::queue_timeout` (waited its longest; retry_after zero).
+  errc reason = errc::rate_limited;
 };
 
 /// Options of Shield::rate_limit. Defaults follow Kevlar: 100 permits per second, a burst of
@@ -252,6 +266,18 @@ struct RateLimitOptions {
   /// (kevlar::http's standard shield sets it). An exception it throws replaces the call's
   /// outcome. Null (the default): the limiter never looks at outcomes. Not in Kevlar.
   std::function<std::optional<Clock::duration>(OutcomeRef)> hold_from_outcome;
+  /// Queue mode: the priority of a call that finds no permit (called then, before it queues or is
+  /// rejected); its result becomes the context's priority (Context::priority()). Empty (the
+  /// default): the context's priority as the caller set it (CallOptions::priority, 0 if not).
+  /// Higher is served first; a call of higher priority than the newest of the lowest queued ones
+  /// takes its place in a full queue. It runs each time the execution finds no permit (again for
+  /// a retry's next attempt) and sees the context's priority as it is then, its own last answer
+  /// included. Never called without a queue. An exception it throws fails the call.
+  std::function<std::int32_t(const Context&)> priority_generator;
+  /// Queue mode: how long a queued call may wait (for its turn and its due time together) before
+  /// it fails with `errc::queue_timeout` (a rejection: the Rejected event, the hooks): none (the
+  /// default), fixed or adaptive (CoDel). With one, an asynchronous execution needs an executor.
+  QueueTimeout queue_timeout;
 };
 
 class RateLimitStrategy;
@@ -302,9 +328,26 @@ class RateLimitHold {
 /// A rate limit's per-execution state, in its layer's frame: what a queued call holds goes back
 /// with the frame, however the execution ends.
 struct RateLimitFrame {
-  /// Laid out as a base would be: `rejecting` fits in its padding.
+  RateLimitFrame() noexcept = default;
+  RateLimitFrame(const RateLimitFrame&) = delete;
+  RateLimitFrame& operator=(const RateLimitFrame&) = delete;
+  ~RateLimitFrame() {
+    // A queue deadline is armed only while the call holds a reservation: an admitted call's
+    // frame pays the hold's one test.
+    if (hold.reserved()) [[unlikely]] {
+      leave_queue();
+    }
+  }
+  /// The execution ends while its call is queued: the queue deadline, then the reservation and
+  /// the turn, go (out of line).
+  void leave_queue() noexcept;
+  /// Disarms and destroys the queue deadline behind the frame (out of line).
+  void end_queue_deadline() noexcept;
+
+  /// Laid out as a base would be: the flags fit in its padding.
   [[no_unique_address]] RateLimitHold hold;
-  bool rejecting = false;  ///< rejected; the asynchronous rejection hook is running
+  bool rejecting = false;       ///< rejected; the asynchronous rejection hook is running
+  bool queue_deadline = false;  ///< a QueueWaitDeadline lives behind the frame
 };
 
 }  // namespace detail
@@ -319,14 +362,26 @@ struct RateLimitFrame {
 /// Rejected event (the rejections metric), on_rejected, on_rejected_async awaited; either hook's
 /// exception replaces the rejection, and a throwing on_rejected skips the asynchronous one.
 ///
-/// With a queue, a call that finds no permit reserves one (FIFO) and waits until it is the oldest
+/// With a queue, a call that finds no permit reserves one and waits until it is the first
 /// queued call and its reservation is due, on the execution's executor through the shield clock's
 /// timers (no kernel timer per call); then it runs. A full queue rejects, the retry-after
-/// including the queued debt. Queued calls are woken one after the other: the oldest alone waits
+/// including the queued debt. Queued calls are woken one after the other: the first alone waits
 /// for its due time; the others wait for their turn on an UnpairedSemaphore (no polling).
 ///
-/// Reservations are served in the order they were taken; two calls reserving at the same moment on
-/// different threads may take their turns in either order (the schedule is the same).
+/// Among equal priorities, reservations are served in the order they were taken; two calls
+/// reserving at the same moment on different threads may take their turns in either order (the
+/// schedule is the same).
+///
+/// Priorities (queue mode): the calls waiting for the turn are ordered by their context's
+/// priority (CallOptions::priority, or RateLimitOptions::priority_generator), higher first and in
+/// arrival order within a priority; the call that holds the turn (the one waiting for its due
+/// time) is not overtaken. A call that finds the queue full takes the place of the newest waiting
+/// call of the lowest priority if that is lower than its own: the displaced call gives its
+/// reservation back and fails with `errc::rate_limited` and the queued debt as retry-after (a
+/// rejection: event and hooks). Reservations are interchangeable (the schedule only counts them),
+/// so the newcomer's is due when the displaced one's would have been. Queue-wait timeouts
+/// (RateLimitOptions::queue_timeout) bound the whole wait, turn and due time, with
+/// `errc::queue_timeout`, in asynchronous and synchronous executions alike.
 ///
 /// Cancellation: a queued asynchronous call honours terminal, partial and total cancellation while
 /// it waits (for its turn or its due time), including one that arrives while the turn is on its
@@ -351,8 +406,8 @@ class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::
     return std::make_shared<RateLimitStrategy>(std::move(options));
   }
 
-  /// `RateLimit(100/1s)`, with `, burst N` when the burst differs from the permits and
-  /// `, queue N` with a queue.
+  /// `RateLimit(100/1s)`, with `, burst N` when the burst differs from the permits,
+  /// `, queue N` with a queue and `, queue timeout fixed(250ms)` with a queue timeout.
   [[nodiscard]] std::string describe() const override;
   // BasicStrategy's callbacks, called by the engine on the execution's thread.
   /// Proactive and stateful (one instance per chain).
@@ -375,14 +430,24 @@ class RateLimitStrategy final : public BasicStrategy<RateLimitStrategy, detail::
 
  private:
   friend class detail::RateLimitHold;
-  Step reject(Layer& layer, Frame& f, Clock::duration retry_after);
+  Step reject(Layer& layer, Frame& f, Clock::duration retry_after,
+              errc reason = errc::rate_limited);
+  /// No permit: the call's priority, then a displacement, a reservation or a rejection.
+  Step contend(Layer& layer, Frame& f, Clock::duration retry_after, bool queued);
+  /// A full queue: displaces a waiting call of lower priority; true if this call now holds a
+  /// reservation.
+  bool displace(Layer& layer);
+  /// The queued call leaves without running: timed out in the queue (its queue deadline ended
+  /// the wait, or `expired`: it has passed), or ended by `ec`.
+  Step leave(Layer& layer, Frame& f, const boost::system::error_code& ec, bool expired = false);
   Step take_turn(Layer& layer, Frame& f);
   Step at_head(Layer& layer, Frame& f);
 
   RateLimitOptions options_;
+  detail::QueueTimeoutPolicy queue_timeout_;
   RateLimitLedger ledger_;
   /// Queue mode: the turn, held by the queued call that waits for its due time; the others wait
-  /// for it, FIFO.
+  /// for it, by priority and FIFO within one.
   QueueSemaphore<LimiterLedger> turn_;
 };
 
