@@ -200,10 +200,14 @@ kevlar::Shield make(const char* name) {
     return empty.concurrency_limit(o);
   }
   // The adaptive limit over the same 1024 permits (one call in flight: its AIMD holds the limit),
-  // timing every call, or one in 16 (compare with concurrency_limit and clock_cas_control).
+  // timing every call, or one in 16 (compare with concurrency_limit and clock_cas_control). Its
+  // window is an hour, so that no window closes during the run: how many would close depends on
+  // how fast the machine runs the calls, which would make the count move with the machine's
+  // speed. A window's update is BM_AdaptiveLimit/window_update's.
   if (std::strncmp(name, "adaptive_concurrency_limit", 26) == 0) {
     kevlar::AdaptiveLimitOptions o;
     o.initial_limit = o.max_limit = 1024;
+    o.window = std::chrono::hours(1);
     o.sample_one_in = std::strcmp(name + 26, "_sampled") == 0 ? 16 : 1;
     return empty.adaptive_concurrency_limit(o);
   }
