@@ -631,7 +631,8 @@ TEST(UnpairedSemaphorePriority, CloseCompletesWaitersOfEveryPriority) {
   for (const Outcome& o : out) EXPECT_TRUE(completed_with(o, errc::closed));
   EXPECT_EQ(granted, "");
 
-  EXPECT_FALSE(sem.evict_below(std::numeric_limits<std::int32_t>::max(), {}));
+  EXPECT_FALSE(sem.evict_below(std::numeric_limits<std::int32_t>::max(),
+                               make_error_code(errc::rate_limited)));
   Outcome late;
   sem.async_acquire(100, record_grant(ioc, late, granted, 'z'));
   drain(ioc);
