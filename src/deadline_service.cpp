@@ -2,6 +2,8 @@
 // thread-local cache of the queues a thread used last.
 #include <kevlar/detail/deadline_queue.hpp>
 #include <kevlar/detail/engine.hpp>
+#include <kevlar/error.hpp>
+#include <kevlar/outcome.hpp>
 
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
@@ -144,6 +146,47 @@ void resume_at_deadline(CallBase& call, std::size_t index) {
 void cancel_wait_at_deadline(CallBase& call, std::size_t index) {
   (void)index;  // the layer is still waiting (it disarms when its wait ends): the step is its own
   call.cancel_own_wait(boost::asio::cancellation_type::terminal);
+}
+
+namespace {
+/// The caller's deadline passed: the execution is cancelled as the caller's terminal cancellation
+/// would cancel it (report_caller_deadline turns the cancellation it ends with into a timeout).
+void cancel_at_caller_deadline(CallBase& call, std::size_t /*index*/) {
+  call.cancel_from_caller(boost::asio::cancellation_type::terminal);
+}
+}  // namespace
+
+void CallBase::arm_caller_deadline(DeadlineEntry& entry, Clock::time_point deadline) {
+  ::new (static_cast<void*>(&entry)) DeadlineEntry{};
+  entry.deadline = deadline;
+  entry.call = this;
+  entry.fire = &cancel_at_caller_deadline;
+  // Deadlines of varying durations: the queue of duration zero orders them.
+  deadline_queue_for(*this, context_->clock(), Clock::duration::zero()).arm(entry);
+  async_->caller_deadline = &entry;
+  context_->deadline_ = deadline;
+  deadline_owner_ = caller_deadline_owner;  // an attempt declined past it is the caller's
+}
+
+void CallBase::disarm_caller_deadline(bool report) noexcept {
+  DeadlineEntry* entry = std::exchange(async_->caller_deadline, nullptr);
+  if (entry == nullptr) return;
+  const bool expired = entry->queue->disarm(*entry);
+  if (report) report_caller_deadline(expired);
+}
+
+void CallBase::report_caller_deadline(bool expired) noexcept {
+  const bool cancelled =
+      (outcome_.kind == OutcomeKind::error && is_cancellation(outcome_.error)) ||
+      (outcome_.kind == OutcomeKind::exception && is_cancellation_exception(outcome_.exception));
+  if (!cancelled) return;
+  if (!expired) {
+    const bool by_caller =
+        async_ != nullptr ? async_->caller_cancelled : context_->stop_token().stop_requested();
+    // Every layer has finished, so the context's deadline is the caller's again.
+    if (by_caller || context_->clock().now() < context_->deadline_) return;
+  }
+  outcome_.set_error(make_error_code(errc::timeout));
 }
 
 void release_idle_deadline_timers(boost::asio::execution_context& ctx) noexcept {

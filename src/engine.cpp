@@ -109,9 +109,11 @@ EngineAction CallBase::advance(Step step) {
           // An enclosing deadline passed while this execution waited: the attempt never starts,
           // and fails as the deadline owner's expiry would have cancelled it (the layers inside
           // the owner see a cancellation from outside, the owner its own).
-          if (deadline_owner_ != no_layer &&
-              (cancel_origin_ == no_layer || cancel_origin_ > deadline_owner_ + 1)) {
-            cancel_origin_ = deadline_owner_ + 1;
+          if (deadline_owner_ != no_layer) {
+            // The caller's own deadline (CallOptions::deadline) cancels as the caller does.
+            const std::size_t origin =
+                deadline_owner_ == caller_deadline_owner ? 0 : deadline_owner_ + 1;
+            if (cancel_origin_ == no_layer || cancel_origin_ > origin) cancel_origin_ = origin;
           }
           context_->cancel_requested_ = true;
           outcome_.set_error(boost::asio::error::operation_aborted);
@@ -380,6 +382,7 @@ void CallBase::abandon_execution() noexcept {
     CallBase* parent = std::exchange(node_->parent, nullptr);
     parent->attempt_abandoned(*node_);
   }
+  if (async_->caller_deadline != nullptr) disarm_caller_deadline(false);
   destroy();
 }
 

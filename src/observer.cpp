@@ -175,6 +175,14 @@ void CallBase::observe_start() noexcept {
 }
 
 void CallBase::observe_finish() noexcept {
+  // Observers see what the caller will: the caller's deadline (CallOptions::deadline) reports
+  // first, as the execution's delivery (or, synchronously, the shield) would after them. With
+  // every layer finished, a deadline left on a synchronous context is the caller's.
+  if (async_ != nullptr) {
+    if (async_->caller_deadline != nullptr) disarm_caller_deadline(true);
+  } else if (context_->deadline_ != Clock::time_point::max()) {
+    report_caller_deadline();
+  }
   const OutcomeRef outcome(outcome_);
   ExecutionFinished e;
   e.success = outcome.has_value();

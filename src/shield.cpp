@@ -112,6 +112,16 @@ std::shared_ptr<detail::Pipeline> copy_of(const std::shared_ptr<const detail::Pi
 
 }  // namespace
 
+const detail::Pipeline& BasicShield::empty_pipeline() noexcept {
+  // Never destroyed: leases on it may outlive every shield.
+  static const detail::Pipeline* const p = [] {
+    auto* pipeline = new detail::Pipeline();
+    seal(*pipeline);
+    return pipeline;
+  }();
+  return *p;
+}
+
 const detail::PipelineView& BasicShield::view() const noexcept {
   return p_ ? p_->view : empty_view();
 }

@@ -90,6 +90,9 @@ auto async_work(const Executor& ex, int x, Token&& token) {
       token, x);
 }
 
+/// `WithDeadline`: every call carries the caller's deadline (CallOptions::deadline), an hour away,
+/// so that it is armed and disarmed but never expires.
+template <bool WithDeadline = false>
 int run_async(const kevlar::Shield& shield, long calls) {
   namespace asio = boost::asio;
   asio::io_context ioc(1);
@@ -99,8 +102,14 @@ int run_async(const kevlar::Shield& shield, long calls) {
       [&]() -> asio::awaitable<void> {
         auto ex = co_await asio::this_coro::executor;
         for (long i = 0; i < calls; ++i) {
-          x = co_await shield.execute_async(
-              [&](auto token) { return async_work(ex, x, std::move(token)); }, asio::deferred);
+          auto op = [&](auto token) { return async_work(ex, x, std::move(token)); };
+          if constexpr (WithDeadline) {
+            x = co_await shield.execute_async(
+                kevlar::CallOptions::within(std::chrono::hours(1), shield.clock()), op,
+                asio::deferred);
+          } else {
+            x = co_await shield.execute_async(op, asio::deferred);
+          }
         }
       },
       asio::detached);
@@ -290,6 +299,10 @@ int main(int argc, char** argv) {
   const long calls = std::atol(argv[2]);
   if (std::strncmp(argv[1], "pair_", 5) == 0) {
     std::printf("%d\n", run_pair_cell(argv[1] + 5, calls));
+    return 0;
+  }
+  if (std::strncmp(argv[1], "async_deadline_", 15) == 0) {
+    std::printf("%d\n", run_async<true>(make(argv[1] + 15), calls));
     return 0;
   }
   if (std::strncmp(argv[1], "async_", 6) == 0) {

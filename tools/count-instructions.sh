@@ -4,7 +4,8 @@
 # CAS; retry_budget_*: retry(3) holding a budget of each mode; adaptive_throttle: refusing
 # nothing), synchronous (Shield::execute) and asynchronous (async_*: sequential co_await
 # execute_async calls on an io_context; async_hedge_*: a hedge whose first attempt wins before its
-# delay, or fails and the second wins), of timeout -> retry -> breaker with observers
+# delay, or fails and the second wins; async_deadline_*: each call with a caller's deadline that
+# never expires, CallOptions::deadline), of timeout -> retry -> breaker with observers
 # (observed_trb_*: an observer doing nothing, the metrics observer, the spdlog observer, both),
 # and per queued-handoff pair (pair_*: the idle cells of
 # BM_QueuedHandoffPair), with the kevlar_count_instructions driver of a Release build that has
@@ -40,6 +41,7 @@ modes=(
   "async_circuit_breaker 20000" "async_concurrency_limit 20000" "async_rate_limit 20000"
   "async_adaptive_concurrency_limit 20000" "async_adaptive_throttle 20000"
   "async_timeout_retry_breaker 20000" "async_five_strategies 20000"
+  "async_deadline_pass_through 20000" "async_deadline_empty 20000"
   "async_hedge_first_wins 20000" "async_hedge_second_wins 10000"
   "async_hedge_second_wins_budget 10000"
   "pair_unpaired_callback 10000" "pair_unpaired_coroutine 5000"

@@ -278,7 +278,10 @@ class BasicShield {
     return execute_outcome_with(fn, std::move(stop));
   }
 
-  /// execute(fn) for an execution started with `options` (its priority: Context::priority()).
+  /// execute(fn) for an execution started with `options` (CallOptions: its priority, its
+  /// deadline). A deadline that has passed already throws kevlar::Error(`errc::timeout`) without
+  /// calling `fn`; a cancellation the execution ends with once the deadline has passed (the
+  /// function gave up through Context::cancelled()) is reported as `errc::timeout` too.
   template <SyncFunction F>
   auto execute(const CallOptions& options, F&& fn) const -> detail::SyncValue<F> {
     return execute_with(options, fn);
@@ -328,8 +331,10 @@ class BasicShield {
     return initiate<Sig>(std::move(attempt), std::forward<Token>(token));
   }
 
-  /// execute_async(attempt, token) for an execution started with `options` (its priority:
-  /// Context::priority()).
+  /// execute_async(attempt, token) for an execution started with `options` (CallOptions: its
+  /// priority, its deadline). With a deadline the handler needs an associated executor (else the
+  /// call completes with `errc::executor_required`); when it passes, the execution is cancelled
+  /// and completes with `errc::timeout`, as one started past it does without running anything.
   template <AsyncAttempt A, class Token = boost::asio::deferred_t>
   auto execute_async(const CallOptions& options, A attempt, Token&& token = {}) const {
     using Sig = boost::asio::completion_signature_of_t<A>;
@@ -379,7 +384,8 @@ class BasicShield {
   template <AwaitableFactory F>
   auto execute_async(const CallOptions& options, F factory) const -> detail::FactoryResult<F> {
     if constexpr (std::invocable<F&>) {
-      if (bypasses_engine()) return factory();  // no strategy reads the options
+      // No strategy reads the options, unless the caller set a deadline (the engine keeps it).
+      if (bypasses_engine() && !has_deadline(options)) return factory();
     }
     using Executor = typename detail::IsAwaitable<detail::FactoryResult<F>>::executor_type;
     return execute_async(options, std::move(factory), boost::asio::use_awaitable_t<Executor>{});
@@ -464,7 +470,35 @@ class BasicShield {
   struct NoOptions {};
   static void apply(Context& /*ctx*/, NoOptions /*options*/) noexcept {}
   static void apply(Context& ctx, const CallOptions& options) noexcept {
-    ctx.set_priority(options.priority);
+    detail::ContextAccess::apply(ctx, options);
+  }
+  /// True if the caller set a deadline (CallOptions::deadline).
+  static constexpr bool has_deadline(NoOptions /*options*/) noexcept { return false; }
+  static bool has_deadline(const CallOptions& options) noexcept {
+    return options.deadline != Clock::time_point::max();
+  }
+  /// A synchronous execution with the caller's deadline: true if it has passed already (the
+  /// execution then runs nothing and fails with `errc::timeout`).
+  template <class Options>
+  static bool out_of_time(const Options& options, const detail::PipelineView& v) noexcept {
+    if constexpr (std::is_same_v<Options, NoOptions>) {
+      (void)options;
+      (void)v;
+      return false;
+    } else {
+      return has_deadline(options) && v.clock->now() >= options.deadline;
+    }
+  }
+  /// A synchronous execution ran under the caller's deadline: report its outcome as the deadline
+  /// decides (a cancellation past it is `errc::timeout`).
+  template <class Options, class Call>
+  static void settle(const Options& options, Call& call) noexcept {
+    if constexpr (std::is_same_v<Options, NoOptions>) {
+      (void)options;
+      (void)call;
+    } else {
+      if (has_deadline(options)) [[unlikely]] call.report_caller_deadline();
+    }
   }
 
   template <class Fn, class... Stop>
@@ -476,7 +510,9 @@ class BasicShield {
   /// observe calls `fn` here.
   template <class Options, class Fn, class... Stop>
   detail::SyncValue<Fn> execute_with(const Options& options, Fn& fn, Stop&&... stop) const {
-    if (bypasses_engine()) {
+    // The caller's deadline needs the engine (it ends waits, declines attempts, reports a
+    // timeout), even in a shield with no strategy.
+    if (bypasses_engine() && !has_deadline(options)) {
       if ((stop.stop_requested() || ...)) throw Error(boost::asio::error::operation_aborted);
       if constexpr (std::invocable<Fn&, Context&>) {
         Context ctx(clock(), p_ != nullptr ? p_->view.name : nullptr, true,
@@ -496,6 +532,9 @@ class BasicShield {
   [[gnu::noinline]] detail::SyncValue<Fn> execute_pipeline(const Options& options, Fn& fn,
                                                            Stop&&... stop) const {
     if ((stop.stop_requested() || ...)) throw Error(boost::asio::error::operation_aborted);
+    if (has_deadline(options)) [[unlikely]] {
+      return execute_any(options, fn, std::forward<Stop>(stop)...);
+    }
     const detail::PipelineView& v = p_->view;  // execute() routes only engine shields here
     if (!v.plain_synchronous) [[unlikely]] {
       return execute_any(options, fn, std::forward<Stop>(stop)...);
@@ -512,13 +551,16 @@ class BasicShield {
   template <class Options, class Fn, class... Stop>
   [[gnu::noinline]] detail::SyncValue<Fn> execute_any(const Options& options, Fn& fn,
                                                       Stop&&... stop) const {
-    const detail::PipelineView& v = p_->view;
+    // A shield without strategies comes here only for a caller's deadline (CallOptions).
+    const detail::PipelineView& v = std::is_same_v<Options, NoOptions> ? p_->view : view();
     if (v.asynchronous_only) refuse_synchronous();
+    if (out_of_time(options, v)) [[unlikely]] throw Error(make_error_code(errc::timeout));
     Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
     apply(ctx, options);
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, detail::SyncValue<Fn>> call(v, frames.data(), ctx, fn);
     call.run_any();
+    settle(options, call);
     return call.take_value();
   }
 
@@ -536,11 +578,15 @@ class BasicShield {
     }
     const detail::PipelineView& v = view();
     if (v.asynchronous_only) [[unlikely]] refuse_synchronous();
+    if (out_of_time(options, v)) [[unlikely]] {
+      return Outcome<R>::from_error(make_error_code(errc::timeout));
+    }
     Context ctx(*v.clock, v.name, true, std::forward<Stop>(stop)...);
     apply(ctx, options);
     detail::FrameBuffer frames(v.frame_bytes);
     detail::SyncCall<Fn, R> call(v, frames.data(), ctx, fn);
     call.run();
+    settle(options, call);
     return call.take_outcome();
   }
 
@@ -579,10 +625,19 @@ class BasicShield {
           detail::AsyncCall<Handler, A, Sig>::start(std::move(lease), pipeline.view,
                                                     std::move(handler), std::move(a), o);
         },
-        token, bypasses_engine() ? detail::Lease() : detail::Lease(*p_), std::move(attempt),
-        options);
+        token, lease_for(options), std::move(attempt), options);
   }
 
+  /// The lease of an execution started with `options`: none for a shield that bypasses the
+  /// engine, unless the caller set a deadline, which needs the engine (an empty shield's then
+  /// runs on a pipeline without layers).
+  [[nodiscard]] detail::Lease lease_for(const CallOptions& options) const {
+    if (!bypasses_engine()) return detail::Lease(*p_);
+    if (!has_deadline(options)) return {};
+    return detail::Lease(p_ ? *p_ : empty_pipeline());
+  }
+  /// The pipeline without layers of a default-constructed shield's executions with a deadline.
+  [[nodiscard]] static const detail::Pipeline& empty_pipeline() noexcept;
   [[nodiscard]] const detail::PipelineView& view() const noexcept;
   /// Throws the std::logic_error of a synchronous execution of an asynchronous-only pipeline.
   [[noreturn]] void refuse_synchronous() const;

@@ -124,6 +124,7 @@ class Properties {
 
 namespace detail {
 class CallBase;
+struct ContextAccess;
 }
 
 /// What a caller tells one execution before it starts (the overloads of execute, execute_outcome
@@ -132,6 +133,33 @@ struct CallOptions {
   /// The execution's priority in the queues of concurrency and rate limits (Context::priority()):
   /// higher first; 0 by default.
   std::int32_t priority = 0;
+  /// The execution's end-to-end deadline, on the shield's clock (Shield::clock()):
+  /// Clock::time_point::max() (the default) sets none. It is the context's deadline from the
+  /// start (Context::deadline()), so every strategy inside respects it as it respects an outer
+  /// timeout's: a retry starts no backoff that ends past it and returns its last real failure
+  /// instead, a hedge launches nothing after it, a timeout inside is clamped to it, and the
+  /// limiters' queues stop waiting at it. When it passes, the execution is cancelled as the
+  /// caller's terminal cancellation would cancel it, and a cancellation it ends with is reported
+  /// as `errc::timeout`; an execution whose deadline has already passed when it is started runs
+  /// nothing and completes with `errc::timeout`. Asynchronous executions need a completion handler
+  /// with an associated executor (the expiry is delivered there): without one the call completes
+  /// with `errc::executor_required`. Synchronous executions are cooperative, as under a timeout:
+  /// the waits end at the deadline and the user's function should poll Context::cancelled().
+  Clock::time_point deadline = Clock::time_point::max();
+
+  /// Options whose deadline is `budget` from now on `clock` (the shield's: Shield::clock()). A
+  /// budget of zero or less gives a deadline that has passed; one past the clock's range, none.
+  [[nodiscard]] static CallOptions within(Clock::duration budget, const Clock& clock) noexcept {
+    CallOptions o;
+    Clock::duration::rep at = 0;
+    if (__builtin_add_overflow(clock.now().time_since_epoch().count(), budget.count(), &at)) {
+      o.deadline =
+          budget > Clock::duration::zero() ? Clock::time_point::max() : Clock::time_point::min();
+    } else {
+      o.deadline = Clock::time_point(Clock::duration(at));
+    }
+    return o;
+  }
 };
 
 /// The context of one execution, shared by every strategy of the pipeline and passed to the user's
@@ -180,8 +208,9 @@ class Context {
   /// The caller's stop token (synchronous executions; empty otherwise).
   [[nodiscard]] const std::stop_token& stop_token() const noexcept { return stop_; }
 
-  /// The earliest deadline a strategy set for the running attempt (Clock::time_point::max() when
-  /// none). Synchronous functions may use it to bound their own waits.
+  /// The earliest deadline of the running attempt: the caller's (CallOptions::deadline) or one a
+  /// strategy set (a timeout's), Clock::time_point::max() when none. Functions may use it to
+  /// bound their own waits and pass the time left on.
   [[nodiscard]] Clock::time_point deadline() const noexcept { return deadline_; }
 
   /// The shield's clock.
@@ -208,6 +237,7 @@ class Context {
 
  private:
   friend class detail::CallBase;
+  friend struct detail::ContextAccess;
   friend class Layer;
   [[noreturn]] static void throw_cancelled();
 
@@ -221,5 +251,16 @@ class Context {
   bool cancel_requested_ = false;
   Properties properties_;
 };
+
+namespace detail {
+/// What the shield's entry points set on a context they create.
+struct ContextAccess {
+  /// The caller's options (CallOptions): its priority and its deadline.
+  static void apply(Context& context, const CallOptions& options) noexcept {
+    context.priority_ = options.priority;
+    context.deadline_ = options.deadline;
+  }
+};
+}  // namespace detail  // namespace detail
 
 }  // namespace kevlar

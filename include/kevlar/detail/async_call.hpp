@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kevlar/detail/block_cache.hpp>
+#include <kevlar/detail/deadline_queue.hpp>
 #include <kevlar/diagnostics.hpp>
 #include <kevlar/detail/engine.hpp>
 #include <kevlar/detail/lease.hpp>
@@ -107,7 +108,7 @@ ErrorType error_argument(const boost::system::error_code& ec) {
 struct CallerCancellation {
   CallBase* call;
   void operator()(boost::asio::cancellation_type type) const noexcept {
-    call->cancel_from_caller(type);
+    call->cancel_by_caller(type);
   }
 };
 
@@ -386,21 +387,36 @@ class AsyncCall final : public CallBase {
                                                      const CallOptions* options) {
     if constexpr (!has_own_executor<Handler>) {
       if (pipeline.needs_executor) {
-        refuse_without_executor(std::move(handler));
+        refuse(std::move(handler), errc::executor_required);
         return;
       }
     } else if constexpr (std::is_same_v<executor_type, boost::asio::any_io_executor>) {
       // A type-erased executor may hold the system executor: refused the same way.
       if (pipeline.needs_executor &&
           holds_system_executor(boost::asio::get_associated_executor(handler))) {
-        refuse_without_executor(std::move(handler));
+        refuse(std::move(handler), errc::executor_required);
+        return;
+      }
+    }
+    // The caller's deadline (CallOptions::deadline) is delivered on the handler's executor, and
+    // lives behind the frames.
+    const bool has_deadline = options != nullptr && options->deadline != Clock::time_point::max();
+    if (has_deadline) [[unlikely]] {
+      if (lacks_executor(handler)) {
+        refuse(std::move(handler), errc::executor_required);
+        return;
+      }
+      if (pipeline.clock->now() >= options->deadline) {
+        refuse(std::move(handler), errc::timeout);  // spent before it started: nothing runs
         return;
       }
     }
     using Layout = BlockLayout<AsyncCall>;
     using BlockAlloc =
         typename std::allocator_traits<allocator_type>::template rebind_alloc<ExecutionBlock>;
-    const std::size_t blocks = Layout::blocks(async_frame_bytes(pipeline));
+    const std::size_t frame_bytes = async_frame_bytes(pipeline);
+    const std::size_t blocks =
+        Layout::blocks(has_deadline ? frame_bytes + sizeof(DeadlineEntry) : frame_bytes);
     BlockAlloc alloc(allocator_of(handler));
     ExecutionBlock* mem = std::allocator_traits<BlockAlloc>::allocate(alloc, blocks);
     auto* frames = reinterpret_cast<std::byte*>(mem + Layout::head);
@@ -421,6 +437,15 @@ class AsyncCall final : public CallBase {
       throw;
     }
     if (options != nullptr) call->context_storage_.set_priority(options->priority);
+    if (has_deadline) [[unlikely]] {
+      try {
+        call->arm_caller_deadline(*reinterpret_cast<DeadlineEntry*>(frames + frame_bytes),
+                                  options->deadline);
+      } catch (...) {
+        call->destroy();
+        throw;
+      }
+    }
     if (pipeline.observes_executions) call->observe_start();
     const CallBase* previous = std::exchange(tl_initiating_call, call);
     try {
@@ -476,17 +501,33 @@ class AsyncCall final : public CallBase {
     }
   }
 
-  /// A strategy of the pipeline delivers its decisions on the call's executor and the handler has
-  /// none: the call is refused before any strategy sees it (a retry or a breaker outside would
-  /// otherwise count the refusal as a failure). Posted, like every completion decided during the
-  /// initiation; a handler without an executor runs on the system executor.
-  static void refuse_without_executor(Handler handler) {
+  /// True if `handler` brings no executor of its own (or a type-erased one holding the system
+  /// executor).
+  static bool lacks_executor(const Handler& handler) noexcept {
+    if constexpr (!has_own_executor<Handler>) {
+      (void)handler;
+      return true;
+    } else if constexpr (std::is_same_v<executor_type, boost::asio::any_io_executor>) {
+      return holds_system_executor(boost::asio::get_associated_executor(handler));
+    } else {
+      (void)handler;
+      return false;
+    }
+  }
+
+  /// Completes the call with `code` before any strategy sees it: a strategy of the pipeline (or
+  /// the caller's deadline) delivers its decisions on the call's executor and the handler has
+  /// none (`errc::executor_required`: a retry or a breaker outside would otherwise count the
+  /// refusal as a failure), or the caller's deadline had passed (`errc::timeout`). Posted, like
+  /// every completion decided during the initiation; a handler without an executor runs on the
+  /// system executor.
+  static void refuse(Handler handler, errc code) {
     if constexpr (may_have_diagnostics<Handler>) {
       if (Diagnostics* d = get_associated_diagnostics(handler)) {
-        write_diagnostics(*d, make_error_code(errc::executor_required), std::nullopt);
+        write_diagnostics(*d, make_error_code(code), std::nullopt);
       }
     }
-    ErrorType err = error_argument<ErrorType>(make_error_code(errc::executor_required));
+    ErrorType err = error_argument<ErrorType>(make_error_code(code));
     std::apply(
         [&](auto&&... v) {
           boost::asio::post(boost::asio::append(std::move(handler), std::move(err),
@@ -528,6 +569,7 @@ class AsyncCall final : public CallBase {
   }
 
   void deliver() override {
+    if (steps_.caller_deadline != nullptr) [[unlikely]] disarm_caller_deadline(true);
     if (caller_slot_.is_connected()) caller_slot_.clear();
     Handler handler(std::move(handler_));
     ErrorType err = make_error();

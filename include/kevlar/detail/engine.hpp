@@ -38,16 +38,23 @@ class Strategy;
 namespace detail {
 
 class CallBase;
+struct DeadlineEntry;
 
 /// What only an asynchronous execution needs to run its pending steps: the signal forwarding
 /// cancellation to the pending step, the inline slot of kevlar's own queue waits (Step::queue),
-/// the timer of Step::wait_until, and the attempts a layer runs at once. It lives in the
-/// asynchronous execution's block; a synchronous execution has none.
+/// the timer of Step::wait_until, the attempts a layer runs at once, and the caller's deadline. It
+/// lives in the asynchronous execution's block; a synchronous execution has none.
 struct AsyncSteps {
   boost::asio::cancellation_signal step_signal;
   InlineCancellation inline_cancellation;
   std::unique_ptr<ClockTimer> timer;
   Attempts attempts;
+  /// The caller's deadline (CallOptions::deadline), armed behind the frames of an execution a
+  /// caller started with one (arm_caller_deadline); nullptr otherwise.
+  DeadlineEntry* caller_deadline = nullptr;
+  /// The caller's cancellation slot emitted (CallBase::cancel_by_caller): a cancellation the
+  /// caller asked for stays one, unless the caller's deadline expired first.
+  bool caller_cancelled = false;
 };
 
 /// What the engine's machine (CallBase::advance) asks its shell to do next. The synchronous shell
@@ -65,6 +72,9 @@ enum class EngineAction : unsigned char {
 
 /// No layer runs attempts (CallBase's attempt layer): a value no depth ever takes.
 inline constexpr std::size_t no_attempt_layer = no_layer - 1;
+/// The owner of the caller's deadline (CallOptions::deadline) in CallBase's deadline owner: a
+/// value no depth ever takes.
+inline constexpr std::size_t caller_deadline_owner = no_layer - 2;
 
 /// The execution (if any) whose engine is running on this thread; a pending step's handler that is
 /// destroyed while its execution's engine is on the stack (a failed initiation) leaves the
@@ -156,8 +166,14 @@ class CallBase : private ClockWaiter {
   void wait_completed(const boost::system::error_code& ec);
   /// The execution will never complete: tell every active layer and destroy it.
   void abandon_execution() noexcept;
-  /// The caller asked to cancel (its cancellation slot, or its stop token).
+  /// The caller asked to cancel (its cancellation slot, or its stop token), or its deadline
+  /// expired.
   void cancel_from_caller(boost::asio::cancellation_type type) noexcept;
+  /// The caller's cancellation slot emitted: cancel_from_caller, remembered as the caller's own.
+  void cancel_by_caller(boost::asio::cancellation_type type) noexcept {
+    async_->caller_cancelled = true;
+    cancel_from_caller(type);
+  }
   /// The pending operation's handler was destroyed uninvoked while this execution's engine was on
   /// the stack: its initiation failed, and the engine fails the attempt.
   void step_dropped() noexcept { step_dropped_ = true; }
@@ -178,6 +194,22 @@ class CallBase : private ClockWaiter {
     return context_->deadline_ != Clock::time_point::max() &&
            context_->clock().now() >= context_->deadline_;
   }
+
+  // ---- the caller's deadline (CallOptions::deadline) ----
+  /// Asynchronous executions: makes `deadline` the context's deadline, owned by the caller, and
+  /// arms `entry` (raw storage, constructed here) to cancel the execution as the caller would
+  /// when it passes. Throws what arming throws (std::bad_alloc, std::system_error); nothing is
+  /// armed then.
+  /// The execution disarms it (AsyncSteps::caller_deadline) when it delivers, reporting its
+  /// outcome as report_caller_deadline decides (before its observers see it), or when it is
+  /// abandoned.
+  void arm_caller_deadline(DeadlineEntry& entry, Clock::time_point deadline);
+  /// An execution that ran under the caller's deadline ended: a cancellation it ended with becomes
+  /// `errc::timeout` if the deadline's expiry came (`expired`), or if the deadline has passed and
+  /// the caller did not cancel (its slot, its stop token): the engine declined an attempt past
+  /// it, or a wait ended at it. Other outcomes pass unchanged: a retry stopped by the deadline
+  /// keeps its last real failure.
+  void report_caller_deadline(bool expired = false) noexcept;
 
   /// Cancels what is running inside layer `origin`.
   void cancel_inner(std::size_t origin, boost::asio::cancellation_type type) noexcept;
@@ -285,6 +317,9 @@ class CallBase : private ClockWaiter {
   virtual void deliver() = 0;
   /// Destroys an asynchronous execution without delivering.
   virtual void destroy() noexcept = 0;
+  /// Disarms the caller's deadline (AsyncSteps::caller_deadline, set) and, if `report`, reports
+  /// the outcome as it decides (report_caller_deadline). Idempotent: the first call clears it.
+  [[gnu::cold]] void disarm_caller_deadline(bool report) noexcept;
 
   /// PipelineView::observes_executions: the execution starts (announces the shield to its
   /// observers, reads the clock) ...
