@@ -1,6 +1,7 @@
 // kevlar::http::async_exchange and standard_shield against a real Beast server on 127.0.0.1 (port
 // 0): retried statuses, Retry-After in both forms on the manual clock, a server that never
-// answers, a malformed Retry-After, the breaker opening.
+// answers, a malformed Retry-After, the breaker opening, the caller's deadline and the budget each
+// attempt sends in a header.
 #include <kevlar/diagnostics.hpp>
 #include <kevlar/http.hpp>
 #include <kevlar/kevlar.hpp>
@@ -32,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kevlar {
@@ -117,6 +119,11 @@ class TestServer {
   [[nodiscard]] int connections() const { return connections_.load(); }
   /// Hanging requests whose client closed the connection.
   [[nodiscard]] int closed_while_hanging() const { return closed_while_hanging_.load(); }
+  /// The `x-budget-ms` field of every request so far, in arrival order (nullopt: absent).
+  [[nodiscard]] std::vector<std::optional<std::string>> budgets() const {
+    const std::lock_guard lock(mutex_);
+    return budgets_;
+  }
 
  private:
   asio::awaitable<void> accept() {
@@ -136,6 +143,14 @@ class TestServer {
           co_await bhttp::async_read(stream, buffer, req, asio::as_tuple(asio::use_awaitable));
       (void)n;
       if (ec) co_return;
+      {
+        // Recorded before the request is counted: a test that saw requests() grow reads it.
+        const auto field = req.find("x-budget-ms");
+        std::optional<std::string> budget;
+        if (field != req.end()) budget.emplace(field->value().data(), field->value().size());
+        const std::lock_guard lock(mutex_);
+        budgets_.push_back(std::move(budget));
+      }
       const int index = requests_++;
       const Reply reply =
           script_[std::min<std::size_t>(static_cast<std::size_t>(index), script_.size() - 1)];
@@ -191,6 +206,8 @@ class TestServer {
   std::atomic<int> requests_{0};
   std::atomic<int> connections_{0};
   std::atomic<int> closed_while_hanging_{0};
+  mutable std::mutex mutex_;
+  std::vector<std::optional<std::string>> budgets_;  ///< guarded by mutex_
   std::thread thread_;
 };
 
@@ -632,6 +649,177 @@ TEST(StandardShield, HasKevlarsDefaultShape) {
   EXPECT_NE(http::standard_shield<bhttp::string_body>().describe().find("break dynamic"),
             std::string::npos)
       << "by default the breaker holds the circuit open for a longer Retry-After";
+}
+
+/// Exchanges started with ExchangeOptions: the caller's deadline on the manual clock, and the
+/// budget each attempt sends in `x-budget-ms` (which the server records).
+struct ExchangeDeadline : Exchange {
+  using Budgets = std::vector<std::optional<std::string>>;
+  using Exchange::start;
+
+  void start(const Shield& shield, const TestServer& server, const http::ExchangeOptions& o) {
+    http::async_exchange<bhttp::string_body>(
+        shield, o, stream, server.endpoint(), request,
+        asio::bind_cancellation_slot(
+            cancel.slot(),
+            asio::bind_executor(ioc, [this](boost::system::error_code e, Response r) {
+              ec = e;
+              response = std::move(r);
+            })));
+  }
+  /// The caller's deadline `budget` from now on the shield's clock, sent as `header`.
+  http::ExchangeOptions within(Clock::duration budget, std::string header = "x-budget-ms") {
+    return http::ExchangeOptions{CallOptions::within(budget, *clock), std::move(header)};
+  }
+  /// No attempt timeout and no total timeout: the caller's deadline is the only one.
+  http::StandardShieldOptions untimed(Clock::duration backoff = 100ms) {
+    http::StandardShieldOptions o = options(backoff);
+    o.attempt_timeout.reset();
+    return o;
+  }
+};
+
+TEST_F(ExchangeDeadline, AnAttemptSendsWhatIsLeftOfTheCallersDeadline) {
+  TestServer server({answer(200)});
+  start(shield_of(untimed()), server, within(5s));
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec) << ec->message();
+  EXPECT_EQ(response.result_int(), 200U);
+  EXPECT_EQ(server.budgets(), Budgets{"5000"}) << "the manual clock stood still: 5 s are left";
+}
+
+TEST_F(ExchangeDeadline, EachAttemptSendsTheEarlierOfTheCallersDeadlineAndItsTimeout) {
+  // The caller gives 2.5 s; each attempt has 2 s of its own; the retry waits 1 s.
+  TestServer server({answer(503), answer(200)});
+  http::StandardShieldOptions o = untimed(1s);
+  o.attempt_timeout = 2s;
+  start(shield_of(o), server, within(2500ms));
+  ASSERT_TRUE(run_until([&] { return retry_delays.size() == 1; }));
+  EXPECT_EQ(server.budgets(), Budgets{"2000"}) << "the attempt's timeout comes first";
+  clock->advance(1s);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec) << ec->message();
+  EXPECT_EQ(response.result_int(), 200U);
+  EXPECT_EQ(server.budgets(), (Budgets{"2000", "1500"}))
+      << "1.5 s are left of the caller's 2.5 s, less than the attempt's 2 s";
+}
+
+TEST_F(ExchangeDeadline, EveryRetrySendsItsOwnAttemptsBudget) {
+  TestServer server({answer(503), answer(503), answer(200)});
+  http::StandardShieldOptions o = untimed();
+  o.attempt_timeout = 2s;
+  start(shield_of(o), server, within(5s));
+  ASSERT_TRUE(run_until([&] { return retry_delays.size() == 1; }));
+  clock->advance(100ms);
+  ASSERT_TRUE(run_until([&] { return retry_delays.size() == 2; }));
+  clock->advance(100ms);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(response.result_int(), 200U);
+  EXPECT_EQ(server.budgets(), (Budgets{"2000", "2000", "2000"}));
+}
+
+TEST_F(ExchangeDeadline, ATimeoutAloneSendsItsBudget) {
+  TestServer server({answer(200)});
+  http::StandardShieldOptions o = untimed();
+  o.attempt_timeout = 2s;
+  start(shield_of(o), server, http::ExchangeOptions{{}, "x-budget-ms"});
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec) << ec->message();
+  EXPECT_EQ(server.budgets(), Budgets{"2000"}) << "the attempt's deadline, without the caller's";
+}
+
+TEST_F(ExchangeDeadline, NoHeaderIsSentWhenItHasNoName) {
+  TestServer server({answer(200)});
+  const Shield shield = shield_of(options());  // with its attempt timeout
+  start(shield, server, within(5s, ""));
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec) << ec->message();
+  ec.reset();
+  start(shield, server);  // the overload without options sends none either
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec) << ec->message();
+  EXPECT_EQ(server.budgets(), (Budgets{std::nullopt, std::nullopt}));
+}
+
+TEST_F(ExchangeDeadline, NoHeaderIsSentWithoutADeadline) {
+  TestServer server({answer(200)});
+  start(shield_of(untimed()), server, http::ExchangeOptions{{}, "x-budget-ms"});
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec) << ec->message();
+  EXPECT_EQ(server.budgets(), Budgets{std::nullopt});
+}
+
+TEST_F(ExchangeDeadline, ADeadlineAlreadyPastSendsNothing) {
+  TestServer server({answer(200)});
+  const Shield shield = shield_of(options());
+  for (const Clock::duration budget : {Clock::duration(-1ms), Clock::duration::zero()}) {
+    ec.reset();
+    start(shield, server, within(budget));
+    EXPECT_FALSE(ec.has_value()) << "completed through the handler's executor, not inline";
+    ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+    EXPECT_EQ(*ec, errc::timeout) << budget.count();
+  }
+  // A shield without strategies, on the steady clock, refuses it the same way.
+  ec.reset();
+  const Shield empty;
+  start(empty, server,
+        http::ExchangeOptions{CallOptions::within(-1s, empty.clock()), "x-budget-ms"});
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(*ec, errc::timeout);
+  EXPECT_EQ(attempts->count, 0) << "no attempt started";
+  EXPECT_FALSE(stream.socket().is_open()) << "nothing was connected";
+  EXPECT_EQ(server.requests(), 0);
+  EXPECT_TRUE(server.budgets().empty());
+}
+
+TEST_F(ExchangeDeadline, ARetryStoppedByTheDeadlineReturnsTheLastResponse) {
+  // The caller gives 150 ms; the backoff is 100 ms: after the second 503 (at 100 ms), the next
+  // wait would end at 200 ms, past the deadline, so the retry stops with that 503.
+  TestServer server({answer(503)});
+  start(shield_of(untimed()), server, within(150ms));
+  ASSERT_TRUE(run_until([&] { return retry_delays.size() == 1; }));
+  clock->advance(100ms);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_FALSE(*ec) << "the server's own answer, not errc::timeout";
+  EXPECT_EQ(response.result_int(), 503U);
+  EXPECT_EQ(attempts->count, 2);
+  EXPECT_EQ(retry_delays.size(), 1U) << "no wait that no attempt could follow";
+  EXPECT_EQ(server.budgets(), (Budgets{"150", "50"}));
+}
+
+TEST_F(ExchangeDeadline, AServerThatNeverAnswersIsTimedOutAtTheCallersDeadline) {
+  TestServer server({hang()});
+  start(shield_of(options()), server, within(1s));  // 3 retries, a 10 s attempt timeout
+  ASSERT_TRUE(run_until([&] { return server.requests() == 1; }));
+  settle();
+  EXPECT_FALSE(ec.has_value());
+  EXPECT_EQ(server.budgets(), Budgets{"1000"});
+  clock->advance(999ms);
+  settle();
+  EXPECT_FALSE(ec.has_value()) << "999 ms is not yet the deadline";
+  clock->advance(1ms);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(*ec, errc::timeout);
+  EXPECT_EQ(attempts->count, 1) << "the retry does not try again past the deadline";
+  EXPECT_TRUE(retry_delays.empty());
+  EXPECT_FALSE(stream.socket().is_open()) << "the cancelled attempt's socket is closed";
+  ASSERT_TRUE(run_until([&] { return server.closed_while_hanging() == 1; }))
+      << "the server saw the connection close";
+  EXPECT_EQ(server.requests(), 1);
+}
+
+TEST_F(ExchangeDeadline, AShieldWithoutStrategiesKeepsTheCallersDeadline) {
+  TestServer server({hang()});
+  start(Shield{}.with_clock(clock), server, within(1s));
+  ASSERT_TRUE(run_until([&] { return server.requests() == 1; }));
+  settle();
+  EXPECT_FALSE(ec.has_value());
+  EXPECT_EQ(server.budgets(), Budgets{"1000"});
+  clock->advance(1s);
+  ASSERT_TRUE(run_until([&] { return ec.has_value(); }));
+  EXPECT_EQ(*ec, errc::timeout);
+  EXPECT_FALSE(stream.socket().is_open());
+  ASSERT_TRUE(run_until([&] { return server.closed_while_hanging() == 1; }));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// kevlar::http: transient statuses and errors, the response clause in a shield, and Retry-After in
-// every form RFC 9110 asks a recipient to accept.
+// kevlar::http: transient statuses and errors, the response clause in a shield, Retry-After in
+// every form RFC 9110 asks a recipient to accept, and the budget header that carries a deadline.
 #include <kevlar/http.hpp>
 #include <kevlar/kevlar.hpp>
 
@@ -11,6 +11,7 @@
 #include <test_options.hpp>
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -22,6 +23,7 @@ namespace {
 
 namespace beast = boost::beast;
 using Response = beast::http::response<beast::http::string_body>;
+using Request = beast::http::request<beast::http::string_body>;
 using namespace std::chrono_literals;
 
 /// 1994-11-06 08:49:37 UTC, the RFC's example date.
@@ -179,6 +181,90 @@ TEST(Http, RetryAfterOfAResponse) {
   EXPECT_EQ(http::retry_after(r, rfc_example()), Clock::duration(2s));
   r.set(beast::http::field::retry_after, "later");
   EXPECT_EQ(http::retry_after(r, rfc_example()), std::nullopt);
+}
+
+TEST(HttpBudget, ParsesWholeMillisecondsWithOptionalWhitespace) {
+  EXPECT_EQ(http::parse_budget("0"), Clock::duration::zero());
+  EXPECT_EQ(http::parse_budget("250"), Clock::duration(250ms));
+  EXPECT_EQ(http::parse_budget(" 250\t"), Clock::duration(250ms)) << "spaces and tabs around it";
+  EXPECT_EQ(http::parse_budget("\t \t7  "), Clock::duration(7ms));
+  EXPECT_EQ(http::parse_budget("0000000000000000000000005"), Clock::duration(5ms))
+      << "leading zeros are digits of a small number, not a large one";
+  EXPECT_EQ(http::max_budget_ms, 1'000'000'000U);
+  EXPECT_EQ(http::parse_budget("1000000000"),
+            Clock::duration(std::chrono::milliseconds(1'000'000'000)))
+      << "max_budget_ms itself";
+}
+
+TEST(HttpBudget, RefusesAnythingButANonNegativeWholeNumberUpToTheMaximum) {
+  for (const char* bad :
+       {"", " ", "\t\t", "-1", "+5", "1.5", "250ms", "0x10", "1e3", "1 2", "soon", "\n250",
+        "1000000001", "99999999999999999999999", "18446744073709551616"}) {
+    EXPECT_EQ(http::parse_budget(bad), std::nullopt) << '"' << bad << '"';
+  }
+}
+
+TEST(HttpBudget, FormatsWholeMillisecondsRoundedDown) {
+  EXPECT_EQ(http::format_budget(2s), "2000");
+  EXPECT_EQ(http::format_budget(std::chrono::nanoseconds(1'999'999)), "1")
+      << "never more time than is left";
+  EXPECT_EQ(http::format_budget(1ms), "1");
+  EXPECT_EQ(http::format_budget(std::chrono::microseconds(999)), "0");
+  EXPECT_EQ(http::format_budget(Clock::duration::zero()), "0");
+  EXPECT_EQ(http::format_budget(-5ms), "0") << "a spent budget";
+  EXPECT_EQ(http::format_budget(Clock::duration::min()), "0");
+  // What a client sends, a server reads back (to the millisecond).
+  for (const Clock::duration d :
+       {Clock::duration(0ms), Clock::duration(1ms), Clock::duration(2500ms),
+        Clock::duration(std::chrono::milliseconds(1'000'000'000))}) {
+    EXPECT_EQ(http::parse_budget(http::format_budget(d)), d) << d.count();
+  }
+}
+
+TEST(HttpBudget, TheDeadlineARequestCarries) {
+  Request req{beast::http::verb::get, "/items/42", 11};
+  const Clock::time_point now{1h};
+  EXPECT_EQ(http::deadline_from(req, "x-budget-ms", now), std::nullopt) << "no field";
+  req.set("x-budget-ms", "250");
+  EXPECT_EQ(http::deadline_from(req, "x-budget-ms", now), now + 250ms);
+  EXPECT_EQ(http::deadline_from(req, "X-Budget-Ms", now), now + 250ms)
+      << "field names are case-insensitive";
+  EXPECT_EQ(http::deadline_from(req, "x-deadline", now), std::nullopt) << "another field";
+  req.set("x-budget-ms", " 0 ");
+  EXPECT_EQ(http::deadline_from(req, "x-budget-ms", now), now) << "a spent budget: due now";
+  req.set("x-budget-ms", "250ms");
+  EXPECT_EQ(http::deadline_from(req, "x-budget-ms", now), std::nullopt) << "malformed";
+  req.set("x-budget-ms", "1000000001");
+  EXPECT_EQ(http::deadline_from(req, "x-budget-ms", now), std::nullopt) << "too far";
+}
+
+TEST(HttpBudget, CallOptionsFromARequestOnTheShieldsClock) {
+  const auto clock = ManualClock::create();
+  Request req{beast::http::verb::get, "/items/42", 11};
+  CallOptions o = http::call_options_from(req, "x-budget-ms", *clock, 7);
+  EXPECT_EQ(o.priority, 7);
+  EXPECT_EQ(o.deadline, Clock::time_point::max()) << "no field: no deadline";
+  req.set("x-budget-ms", "1500");
+  o = http::call_options_from(req, "x-budget-ms", *clock);
+  EXPECT_EQ(o.priority, 0) << "the default priority";
+  EXPECT_EQ(o.deadline, clock->now() + 1500ms);
+  clock->advance(1s);
+  EXPECT_EQ(http::call_options_from(req, "x-budget-ms", *clock, -1).deadline, clock->now() + 1500ms)
+      << "counted from the clock's reading when it is called";
+  req.set("x-budget-ms", "-1500");
+  EXPECT_EQ(http::call_options_from(req, "x-budget-ms", *clock).deadline, Clock::time_point::max())
+      << "malformed: no deadline";
+}
+
+TEST(HttpBudget, CallOptionsWithinABudget) {
+  const auto clock = ManualClock::create();
+  CallOptions o = CallOptions::within(2s, *clock);
+  EXPECT_EQ(o.deadline, clock->now() + 2s);
+  EXPECT_EQ(o.priority, 0);
+  EXPECT_EQ(CallOptions::within(-1ms, *clock).deadline, clock->now() - 1ms) << "in the past";
+  EXPECT_EQ(CallOptions::within(Clock::duration::max(), *clock).deadline, Clock::time_point::max())
+      << "past the clock's range: none";
+  EXPECT_EQ(CallOptions{}.deadline, Clock::time_point::max());
 }
 
 }  // namespace

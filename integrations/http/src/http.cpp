@@ -1,4 +1,5 @@
-// HTTP: transient errors and the Retry-After parser (RFC 9110 §10.2.3 and §5.6.7).
+// HTTP: transient errors, the Retry-After parser (RFC 9110 §10.2.3 and §5.6.7) and the budget
+// header.
 #include <kevlar/error.hpp>
 #include <kevlar/http.hpp>
 
@@ -9,9 +10,12 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace kevlar::http {
@@ -186,6 +190,26 @@ std::optional<Clock::duration> parse_retry_after(std::string_view value,
   const auto wait = std::chrono::duration_cast<Clock::duration>(
       std::chrono::time_point_cast<std::chrono::system_clock::duration>(*at) - now);
   return wait <= Clock::duration::zero() ? Clock::duration::zero() : wait;
+}
+
+std::optional<Clock::duration> parse_budget(std::string_view value) noexcept {
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  if (value.empty()) return std::nullopt;
+  std::uint64_t ms = 0;
+  for (const char c : value) {
+    if (c < '0' || c > '9') return std::nullopt;
+    ms = ms * 10 + static_cast<std::uint64_t>(c - '0');
+    if (ms > max_budget_ms) return std::nullopt;  // also keeps the product from overflowing
+  }
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(ms));
+}
+
+std::string format_budget(Clock::duration remaining) {
+  if (remaining <= Clock::duration::zero()) return "0";
+  // No more than a receiver accepts (parse_budget): a longer budget would read as malformed.
+  const auto ms = std::chrono::floor<std::chrono::milliseconds>(remaining).count();
+  return std::to_string(std::min<std::uint64_t>(static_cast<std::uint64_t>(ms), max_budget_ms));
 }
 
 }  // namespace kevlar::http

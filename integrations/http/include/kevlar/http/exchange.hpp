@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kevlar/http/clause.hpp>
+#include <kevlar/http/deadline.hpp>
 #include <kevlar/http/retry_after.hpp>
 #include <kevlar/kevlar.hpp>
 
@@ -24,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 namespace kevlar::http {
@@ -147,15 +149,30 @@ namespace detail {
 /// socket, so that the next attempt starts on a new connection.
 template <class ReqBody, class ReqFields, class ResBody>
 struct ExchangeOp {
+  using Request = boost::beast::http::request<ReqBody, ReqFields>;
   using Response = boost::beast::http::response<ResBody>;
   struct State {
     boost::beast::flat_buffer buffer;
     std::optional<boost::beast::http::response_parser<ResBody>> parser;
+    /// The request with this attempt's budget header (send_budget), when one is sent.
+    std::optional<Request> budgeted;
   };
   boost::beast::tcp_stream& stream;
   boost::asio::ip::tcp::endpoint endpoint;
-  const boost::beast::http::request<ReqBody, ReqFields>& request;
+  const Request* request;
   std::unique_ptr<State> state = std::make_unique<State>();
+
+  /// Sends this attempt's remaining budget in `header`: a copy of the request carries the time
+  /// left until `context`'s deadline (the earlier of the caller's and every timeout's around the
+  /// attempt). Nothing is added when the attempt has no deadline.
+  void send_budget(const std::string& header, const Context* context) {
+    if (context == nullptr || context->deadline() == Clock::time_point::max()) return;
+    const Clock::duration left = context->deadline() - context->clock().now();
+    state->budgeted.emplace(*request);
+    state->budgeted->set(boost::beast::string_view(header.data(), header.size()),
+                         format_budget(left));
+    request = &*state->budgeted;
+  }
   enum class Phase : unsigned char { start, connected, written, read } phase = Phase::start;
 
   template <class Self>
@@ -180,7 +197,7 @@ struct ExchangeOp {
       case Phase::connected:
         if (ec) return fail(self, ec);
         phase = Phase::written;
-        http::async_write(stream, request, std::move(self));
+        http::async_write(stream, *request, std::move(self));
         return;
       case Phase::written:
         if (ec) return fail(self, ec);
@@ -202,7 +219,7 @@ struct ExchangeOp {
   void read(Self& self) {
     phase = Phase::read;
     state->parser.emplace();
-    state->parser->skip(request.method() == boost::beast::http::verb::head);
+    state->parser->skip(request->method() == boost::beast::http::verb::head);
     boost::beast::http::async_read(stream, state->buffer, *state->parser, std::move(self));
   }
   template <class Self>
@@ -245,9 +262,43 @@ auto async_exchange(const BasicShield& shield, boost::beast::tcp_stream& stream,
   using Response = boost::beast::http::response<ResBody>;
   auto attempt = [&stream, endpoint, &request](auto&& t) {
     return boost::asio::async_compose<decltype(t), void(boost::system::error_code, Response)>(
-        detail::ExchangeOp<ReqBody, ReqFields, ResBody>{stream, endpoint, request}, t, stream);
+        detail::ExchangeOp<ReqBody, ReqFields, ResBody>{stream, endpoint, &request}, t, stream);
   };
   return shield.execute_async(std::move(attempt), std::forward<Token>(token));
+}
+
+/// What async_exchange with options adds to an exchange.
+struct ExchangeOptions {
+  /// The execution's options: its priority and its end-to-end deadline (CallOptions::deadline;
+  /// call_options_from reads one from an incoming request).
+  CallOptions call;
+  /// The request field each attempt sends its remaining budget in (format_budget of the time
+  /// left until the attempt's deadline: the earlier of `call.deadline` and every timeout around
+  /// the attempt), for example `x-budget-ms`, replacing a field of that name the request has; an
+  /// attempt without a deadline sends the request as it is. Empty (the default): no budget is
+  /// sent.
+  std::string budget_header;
+};
+
+/// async_exchange(shield, stream, endpoint, request, token) for an execution started with
+/// `options`: its CallOptions (priority, deadline), and the remaining budget sent in a request
+/// field on every attempt (ExchangeOptions::budget_header). When the caller's deadline passes the
+/// exchange completes with `errc::timeout` (a retry stopped by it keeps its last real failure); a
+/// deadline in the past sends nothing. An attempt that sends a budget copies the request.
+template <class ResBody, class ReqBody, class ReqFields, class Token = boost::asio::deferred_t>
+auto async_exchange(const BasicShield& shield, const ExchangeOptions& options,
+                    boost::beast::tcp_stream& stream,
+                    const boost::asio::ip::tcp::endpoint& endpoint,
+                    const boost::beast::http::request<ReqBody, ReqFields>& request,
+                    Token&& token = {}) {
+  using Response = boost::beast::http::response<ResBody>;
+  auto attempt = [&stream, endpoint, &request, header = options.budget_header](auto&& t) {
+    detail::ExchangeOp<ReqBody, ReqFields, ResBody> op{stream, endpoint, &request};
+    if (!header.empty()) op.send_budget(header, kevlar::attempt_context(t));
+    return boost::asio::async_compose<decltype(t), void(boost::system::error_code, Response)>(
+        std::move(op), t, stream);
+  };
+  return shield.execute_async(options.call, std::move(attempt), std::forward<Token>(token));
 }
 
 }  // namespace kevlar::http
