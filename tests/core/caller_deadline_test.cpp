@@ -548,6 +548,72 @@ TEST_F(CallerDeadline, AnAsynchronousCallQueuedInALimiterStopsWaitingAtTheDeadli
   EXPECT_EQ(queued.completions, 1);
 }
 
+// The rate limit's queue (a call waiting for its turn) stops at the caller's deadline as the
+// concurrency limit's does: the call never runs, and its reservation is given back.
+TEST_F(CallerDeadline, AnAsynchronousCallWaitingForARateLimitsTurnStopsAtTheDeadline) {
+  RateLimitOptions o;
+  o.permits = 1;
+  o.window = 100ms;
+  o.queue_limit = 2;
+  const auto limiter = RateLimitStrategy::create(std::move(o));
+  const Shield shield = observed().use(limiter);
+  Result& first = start(shield, CallOptions{}, ops.attempt());
+  drain();
+  ASSERT_EQ(ops.size(), 1u) << "the burst of one admits the first call at once";
+  Result& waiting = start(shield, CallOptions::within(50ms, *clock), ops.attempt());
+  drain();
+  advance(49ms);
+  EXPECT_FALSE(waiting.ec.has_value());
+  advance(1ms);
+  ASSERT_TRUE(waiting.ec.has_value());
+  EXPECT_EQ(*waiting.ec, errc::timeout) << waiting.ec->message();
+  EXPECT_EQ(ops.size(), 1u) << "the waiting call ran";
+  EXPECT_EQ(events->count_of<Rejected>(), 0u) << "the deadline is no rejection";
+  // Its turn was given back: a call arriving once the first permit has come back runs at once.
+  advance(50ms);
+  Result& later = start(shield, CallOptions{}, ops.attempt());
+  drain();
+  EXPECT_EQ(ops.size(), 2u) << "the timed-out call kept its reservation";
+  ops.succeed(0, 1);
+  ops.succeed(1, 2);
+  drain();
+  ASSERT_TRUE(first.ec.has_value());
+  ASSERT_TRUE(later.ec.has_value());
+  EXPECT_FALSE(*later.ec);
+  EXPECT_EQ(later.value, 2);
+  EXPECT_EQ(waiting.completions, 1);
+}
+
+// An execution abandoned with its deadline armed (its operation's executor shut down, so the
+// operation's handler is destroyed uninvoked) disarms it: the deadline passing later reaches
+// nothing (under AddressSanitizer, an expiry delivered to the destroyed execution would be a
+// use after free).
+TEST_F(CallerDeadline, AnAbandonedExecutionLeavesNoExpiryBehind) {
+  const Shield shield = bare().timeout(10s);
+  Result& r = start(shield, CallOptions::within(1s, *clock), ops.attempt());
+  drain();
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(clock->pending_timers(), 2u) << "the caller's deadline and the timeout's";
+  ops.drop(0);
+  drain();
+  advance(1s);
+  advance(10s);
+  EXPECT_FALSE(r.ec.has_value()) << "an abandoned execution completed";
+  EXPECT_EQ(r.completions, 0);
+  EXPECT_EQ(clock->pending_timers(), 0u) << "an expiry outlived its execution";
+}
+
+// CallOptions::within saturates at the clock's range instead of overflowing: the most negative
+// budget gives a deadline that has passed (and the call runs nothing), the largest none.
+TEST_F(CallerDeadline, WithinStaysInsideTheClocksRange) {
+  const CallOptions past = CallOptions::within(Clock::duration::min(), *clock);
+  EXPECT_LT(past.deadline, clock->now());
+  EXPECT_EQ(CallOptions::within(Clock::duration::max(), *clock).deadline,
+            Clock::time_point::max());
+  const Outcome<int> o = bare().execute_outcome(past, [] { return 1; });
+  EXPECT_EQ(failure_of(o), errc::timeout);
+}
+
 TEST_F(CallerDeadline, ACallersCancellationBeforeTheDeadlineIsNotATimeout) {
   Result& r = start_cancellable(bare(), CallOptions::within(1s, *clock));
   drain();
