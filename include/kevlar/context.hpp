@@ -261,6 +261,6 @@ struct ContextAccess {
     context.deadline_ = options.deadline;
   }
 };
-}  // namespace detail  // namespace detail
+}  // namespace detail
 
 }  // namespace kevlar
