@@ -479,26 +479,20 @@ class BasicShield {
   }
   /// A synchronous execution with the caller's deadline: true if it has passed already (the
   /// execution then runs nothing and fails with `errc::timeout`).
-  template <class Options>
-  static bool out_of_time(const Options& options, const detail::PipelineView& v) noexcept {
-    if constexpr (std::is_same_v<Options, NoOptions>) {
-      (void)options;
-      (void)v;
-      return false;
-    } else {
-      return has_deadline(options) && v.clock->now() >= options.deadline;
-    }
+  static constexpr bool out_of_time(NoOptions /*options*/,
+                                    const detail::PipelineView& /*v*/) noexcept {
+    return false;
+  }
+  static bool out_of_time(const CallOptions& options, const detail::PipelineView& v) noexcept {
+    return has_deadline(options) && v.clock->now() >= options.deadline;
   }
   /// A synchronous execution ran under the caller's deadline: report its outcome as the deadline
   /// decides (a cancellation past it is `errc::timeout`).
-  template <class Options, class Call>
-  static void settle(const Options& options, Call& call) noexcept {
-    if constexpr (std::is_same_v<Options, NoOptions>) {
-      (void)options;
-      (void)call;
-    } else {
-      if (has_deadline(options)) [[unlikely]] call.report_caller_deadline();
-    }
+  template <class Call>
+  static void settle(NoOptions /*options*/, Call& /*call*/) noexcept {}
+  template <class Call>
+  static void settle(const CallOptions& options, Call& call) noexcept {
+    if (has_deadline(options)) [[unlikely]] call.report_caller_deadline();
   }
 
   template <class Fn, class... Stop>
@@ -511,8 +505,11 @@ class BasicShield {
   template <class Options, class Fn, class... Stop>
   detail::SyncValue<Fn> execute_with(const Options& options, Fn& fn, Stop&&... stop) const {
     // The caller's deadline needs the engine (it ends waits, declines attempts, reports a
-    // timeout), even in a shield with no strategy.
-    if (bypasses_engine() && !has_deadline(options)) {
+    // timeout), even in a shield with no strategy, on its general path.
+    if (has_deadline(options)) [[unlikely]] {
+      return execute_any(options, fn, std::forward<Stop>(stop)...);
+    }
+    if (bypasses_engine()) {
       if ((stop.stop_requested() || ...)) throw Error(boost::asio::error::operation_aborted);
       if constexpr (std::invocable<Fn&, Context&>) {
         Context ctx(clock(), p_ != nullptr ? p_->view.name : nullptr, true,
@@ -532,9 +529,6 @@ class BasicShield {
   [[gnu::noinline]] detail::SyncValue<Fn> execute_pipeline(const Options& options, Fn& fn,
                                                            Stop&&... stop) const {
     if ((stop.stop_requested() || ...)) throw Error(boost::asio::error::operation_aborted);
-    if (has_deadline(options)) [[unlikely]] {
-      return execute_any(options, fn, std::forward<Stop>(stop)...);
-    }
     const detail::PipelineView& v = p_->view;  // execute() routes only engine shields here
     if (!v.plain_synchronous) [[unlikely]] {
       return execute_any(options, fn, std::forward<Stop>(stop)...);
@@ -551,7 +545,11 @@ class BasicShield {
   template <class Options, class Fn, class... Stop>
   [[gnu::noinline]] detail::SyncValue<Fn> execute_any(const Options& options, Fn& fn,
                                                       Stop&&... stop) const {
-    // A shield without strategies comes here only for a caller's deadline (CallOptions).
+    // A call with the caller's deadline comes straight from execute_with, its stop not checked
+    // yet; a shield without strategies comes here only for such a call.
+    if (has_deadline(options) && (stop.stop_requested() || ...)) {
+      throw Error(boost::asio::error::operation_aborted);
+    }
     const detail::PipelineView& v = std::is_same_v<Options, NoOptions> ? p_->view : view();
     if (v.asynchronous_only) refuse_synchronous();
     if (out_of_time(options, v)) [[unlikely]] throw Error(make_error_code(errc::timeout));

@@ -385,18 +385,10 @@ class AsyncCall final : public CallBase {
                                                      const PipelineView& pipeline,
                                                      Handler handler, Attempt attempt,
                                                      const CallOptions* options) {
-    if constexpr (!has_own_executor<Handler>) {
-      if (pipeline.needs_executor) {
-        refuse(std::move(handler), errc::executor_required);
-        return;
-      }
-    } else if constexpr (std::is_same_v<executor_type, boost::asio::any_io_executor>) {
-      // A type-erased executor may hold the system executor: refused the same way.
-      if (pipeline.needs_executor &&
-          holds_system_executor(boost::asio::get_associated_executor(handler))) {
-        refuse(std::move(handler), errc::executor_required);
-        return;
-      }
+    // lacks_executor folds to a constant unless the handler's executor is type-erased.
+    if (pipeline.needs_executor && lacks_executor(handler)) {
+      refuse(std::move(handler), errc::executor_required);
+      return;
     }
     // The caller's deadline (CallOptions::deadline) is delivered on the handler's executor, and
     // lives behind the frames.
