@@ -152,7 +152,7 @@ namespace {
 /// The caller's deadline passed: the execution is cancelled as the caller's terminal cancellation
 /// would cancel it (report_caller_deadline turns the cancellation it ends with into a timeout).
 void cancel_at_caller_deadline(CallBase& call, std::size_t /*index*/) {
-  call.cancel_from_caller(boost::asio::cancellation_type::terminal);
+  call.expire_caller_deadline();
 }
 }  // namespace
 
@@ -171,15 +171,27 @@ void CallBase::arm_caller_deadline(DeadlineEntry& entry, Clock::time_point deadl
 void CallBase::disarm_caller_deadline(bool report) noexcept {
   DeadlineEntry* entry = std::exchange(async_->caller_deadline, nullptr);
   if (entry == nullptr) return;
-  const bool expired = entry->queue->disarm(*entry);
+  // Disarmed after its expiry fired: a timeout, unless the caller had cancelled first. (Expired
+  // but not yet fired, its job still on its way: report_caller_deadline asks the clock.)
+  const bool expired = entry->queue->disarm(*entry) && async_->caller_deadline_first;
   if (report) report_caller_deadline(expired);
 }
 
+namespace {
+bool is_cancelled(const OutcomeState& outcome) noexcept {
+  return (outcome.kind == OutcomeKind::error && is_cancellation(outcome.error)) ||
+         (outcome.kind == OutcomeKind::exception && is_cancellation_exception(outcome.exception));
+}
+}  // namespace
+
+bool CallBase::outer_deadline_ended(std::size_t index) const noexcept {
+  const bool outer = deadline_owner_ < index || deadline_owner_ == no_layer ||
+                     deadline_owner_ == caller_deadline_owner;
+  return outer && sync_past_deadline() && is_cancelled(outcome_);
+}
+
 void CallBase::report_caller_deadline(bool expired) noexcept {
-  const bool cancelled =
-      (outcome_.kind == OutcomeKind::error && is_cancellation(outcome_.error)) ||
-      (outcome_.kind == OutcomeKind::exception && is_cancellation_exception(outcome_.exception));
-  if (!cancelled) return;
+  if (!is_cancelled(outcome_)) return;
   if (!expired) {
     const bool by_caller =
         async_ != nullptr ? async_->caller_cancelled : context_->stop_token().stop_requested();

@@ -177,9 +177,14 @@ class Layer {
 
   /// True if the caller cancelled this execution, or a strategy outside this one cancelled the
   /// part of the pipeline this one runs in. A strategy uses it to tell "cancelled from outside"
-  /// (pass the cancellation on) from a cancellation it caused itself (a timeout).
+  /// (pass the cancellation on) from a cancellation it caused itself (a timeout). In a
+  /// synchronous execution, where cancellation is cooperative, it is also true when the outcome
+  /// is a cancellation and a deadline set outside this strategy (the caller's, an outer
+  /// timeout's) has passed: that deadline ended the inner part, as its expiry does in an
+  /// asynchronous execution.
   [[nodiscard]] bool cancelled_from_outside() const noexcept {
-    return call_->cancel_origin() <= index_ || call_->context().stop_token().stop_requested();
+    return call_->cancel_origin() <= index_ || call_->context().stop_token().stop_requested() ||
+           call_->outer_deadline_passed(index_);
   }
   /// True if this strategy cancelled its inner part with cancel_inner().
   [[nodiscard]] bool cancelled_inner() const noexcept {

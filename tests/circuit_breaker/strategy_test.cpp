@@ -62,9 +62,20 @@ struct CircuitBreakerProbe : ::testing::Test {
   std::shared_ptr<ManualClock> clock = ManualClock::create();
   std::shared_ptr<CircuitBreaker> b = breaker(1, 5s);
   Shield shield = Shield{}.use(b).with_clock(clock);
-  CircuitBreakerProbe() {
+  CircuitBreakerProbe() { reopen(); }
+
+  /// Opens the circuit with one failure and lets its break pass: the next call is the probe.
+  void reopen() {
     fail_with_boom(shield);
     clock->advance(5s);
+  }
+  /// The probe decided nothing: the circuit is still half-open with its slot free, and the next
+  /// call, a success, is the probe that closes it.
+  void expect_probe_decided_nothing() {
+    EXPECT_EQ(b->state(), S::half_open) << "a probe cancelled from outside decides nothing";
+    EXPECT_EQ(b->core().metrics(clock->now()).probes_in_flight, 0);
+    EXPECT_EQ(shield.execute([] { return 3; }), 3) << "the slot was freed";
+    EXPECT_EQ(b->state(), S::closed);
   }
 };
 
@@ -253,6 +264,44 @@ TEST(CircuitBreakerStrategy, CallerCancelledOutcomesMoveNothing) {
   EXPECT_EQ(b->state(), S::closed);
 }
 
+// A deadline set outside the breaker, the caller's or an outer timeout's, that ends the call
+// cancels it from outside: the cancellation counts as nothing, not as a success (which would
+// reset the consecutive count) and not as a failure.
+TEST(CircuitBreakerStrategy, ADeadlineFromOutsideCountsNothingSync) {
+  const auto clock = ManualClock::create();
+  const auto b = breaker(2, 5s);
+  const auto give_up_at_the_deadline = [&](Context& ctx) -> int {
+    clock->advance(1s);
+    ctx.throw_if_cancelled();
+    return 1;
+  };
+  const Shield breaker_only = Shield{}.use(b).with_clock(clock);
+  const Shield timeout_outside = Shield{}.timeout(1s).use(b).with_clock(clock);
+  // F, ended by the caller's deadline, F: the circuit opens.
+  fail_with_boom(breaker_only);
+  try {
+    breaker_only.execute(CallOptions::within(1s, *clock), give_up_at_the_deadline);
+    ADD_FAILURE() << "no timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::timeout);
+  }
+  EXPECT_EQ(b->state(), S::closed);
+  fail_with_boom(breaker_only);
+  EXPECT_EQ(b->state(), S::open);
+  // F, ended by an outer timeout, F: the circuit opens.
+  b->reset();
+  fail_with_boom(breaker_only);
+  try {
+    timeout_outside.execute(give_up_at_the_deadline);
+    ADD_FAILURE() << "no timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), errc::timeout);
+  }
+  EXPECT_EQ(b->state(), S::closed);
+  fail_with_boom(breaker_only);
+  EXPECT_EQ(b->state(), S::open);
+}
+
 TEST(CircuitBreakerStrategy, AClauseThatHandlesCancellationCountsIt) {
   const auto clock = ManualClock::create();
   const auto b = breaker(1, 5s);
@@ -283,6 +332,62 @@ TEST_F(CircuitBreakerProbe, CancelledProbeFreesTheSlotSync) {
   EXPECT_EQ(b->core().metrics(clock->now()).probes_in_flight, 0);
   EXPECT_EQ(shield.execute([] { return 3; }), 3) << "the next call is the probe";
   EXPECT_EQ(b->state(), S::closed);
+}
+
+// A deadline from outside the breaker (the caller's, an outer timeout's) ends the probe: it
+// decides nothing, in synchronous and asynchronous executions alike.
+TEST_F(CircuitBreakerProbe, AProbeEndedByADeadlineFromOutsideDecidesNothingSync) {
+  const Shield timeout_outside = Shield{}.timeout(1s).use(b).with_clock(clock);
+  const auto give_up_at_the_deadline = [&](Context& ctx) -> int {
+    clock->advance(1s);
+    ctx.throw_if_cancelled();
+    return 1;
+  };
+  for (const bool callers : {true, false}) {
+    SCOPED_TRACE(callers ? "the caller's deadline" : "an outer timeout");
+    const Outcome<int> o =
+        callers ? shield.execute_outcome(CallOptions::within(1s, *clock), give_up_at_the_deadline)
+                : timeout_outside.execute_outcome(give_up_at_the_deadline);
+    EXPECT_EQ(o.error(), errc::timeout);
+    expect_probe_decided_nothing();
+    reopen();
+  }
+}
+
+TEST_F(CircuitBreakerProbe, AProbeThatGivesUpBeforeAnOuterDeadlineIsASuccess) {
+  // Its own cancellation, nobody outside's: not handled by the clause, so a success.
+  const Shield timeout_outside = Shield{}.timeout(1s).use(b).with_clock(clock);
+  EXPECT_THROW(timeout_outside.execute([&]() -> int {
+    clock->advance(999ms);
+    throw Error(asio::error::operation_aborted);
+  }),
+               Error);
+  EXPECT_EQ(b->state(), S::closed);
+}
+
+TEST_F(CircuitBreakerProbe, AProbeEndedByADeadlineFromOutsideDecidesNothingAsync) {
+  const Shield timeout_outside = Shield{}.timeout(1s).use(b).with_clock(clock);
+  for (const bool callers : {true, false}) {
+    SCOPED_TRACE(callers ? "the caller's deadline" : "an outer timeout");
+    asio::io_context ioc;
+    test::PendingOps ops;
+    std::optional<error_code> result;
+    auto handler = asio::bind_executor(ioc, [&](error_code ec, int) { result = ec; });
+    if (callers) {
+      shield.execute_async(CallOptions::within(1s, *clock), ops.attempt(), handler);
+    } else {
+      timeout_outside.execute_async(ops.attempt(), handler);
+    }
+    ioc.poll();
+    ASSERT_EQ(ops.size(), 1u);
+    clock->advance(1s);
+    ioc.restart();
+    ioc.poll();
+    ASSERT_TRUE(result);
+    EXPECT_EQ(*result, errc::timeout) << result->message();
+    expect_probe_decided_nothing();
+    reopen();
+  }
 }
 
 TEST(CircuitBreakerStrategy, IsolateAndResetThroughTheHandle) {

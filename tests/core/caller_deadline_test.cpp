@@ -12,6 +12,7 @@
 #include <kevlar/testing/event_recorder.hpp>
 
 #include <gtest/gtest.h>
+#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -21,11 +22,13 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -114,6 +117,32 @@ struct CallerDeadline : ::testing::Test {
     shield.execute_async(
         options, ops.attempt(),
         asio::bind_cancellation_slot(cancel.slot(), asio::bind_executor(ioc, recorder(r))));
+    return r;
+  }
+
+  /// Starts, through bare(), a call with a deadline 1 s away (its callback bound to `cancel` as
+  /// well) whose operation ignores cancellation: it completes only when the test calls `finish`
+  /// (posted to the handler's executor). Drains.
+  Result& start_deaf(std::function<void(error_code)>& finish) {
+    Result& r = next_result();
+    auto deaf = [&finish](auto token) {
+      return asio::async_initiate<decltype(token), void(error_code, int)>(
+          [&finish](auto handler) {
+            auto h = std::make_shared<decltype(handler)>(std::move(handler));
+            finish = [h](error_code ec) {
+              const auto ex = asio::get_associated_executor(*h);
+              asio::post(ex, [h, ec] {
+                auto handler = std::move(*h);
+                handler(ec, 0);
+              });
+            };
+          },
+          token);
+    };
+    bare().execute_async(
+        CallOptions::within(1s, *clock), deaf,
+        asio::bind_cancellation_slot(cancel.slot(), asio::bind_executor(ioc, recorder(r))));
+    drain();
     return r;
   }
 
@@ -640,6 +669,37 @@ TEST_F(CallerDeadline, ACallersCancellationDeliveredPastTheDeadlineIsNotATimeout
   drain();
   ASSERT_TRUE(r.ec.has_value());
   EXPECT_EQ(*r.ec, asio::error::operation_aborted) << r.ec->message();
+  EXPECT_EQ(r.completions, 1);
+}
+
+// The caller cancels first; the deadline's expiry is delivered before the operation completes.
+TEST_F(CallerDeadline, ACallersCancellationBeforeAnExpiryThatArrivesFirstIsNotATimeout) {
+  std::function<void(error_code)> finish;
+  Result& r = start_deaf(finish);
+  ASSERT_TRUE(finish);
+  advance(500ms);
+  cancel.emit(asio::cancellation_type::terminal);
+  advance(500ms);  // the expiry fires and is delivered; the operation has not completed
+  EXPECT_FALSE(r.ec.has_value());
+  EXPECT_EQ(clock->pending_timers(), 0u) << "the expiry fired";
+  finish(asio::error::operation_aborted);
+  drain();
+  ASSERT_TRUE(r.ec.has_value());
+  EXPECT_EQ(*r.ec, asio::error::operation_aborted) << r.ec->message();
+  EXPECT_EQ(r.completions, 1);
+}
+
+// The mirror image: the expiry comes first, the caller's cancellation after it.
+TEST_F(CallerDeadline, AnExpiryBeforeTheCallersCancellationIsATimeout) {
+  std::function<void(error_code)> finish;
+  Result& r = start_deaf(finish);
+  ASSERT_TRUE(finish);
+  advance(1s);
+  cancel.emit(asio::cancellation_type::terminal);
+  finish(asio::error::operation_aborted);
+  drain();
+  ASSERT_TRUE(r.ec.has_value());
+  EXPECT_EQ(*r.ec, errc::timeout) << r.ec->message();
   EXPECT_EQ(r.completions, 1);
 }
 

@@ -55,6 +55,9 @@ struct AsyncSteps {
   /// The caller's cancellation slot emitted (CallBase::cancel_by_caller): a cancellation the
   /// caller asked for stays one, unless the caller's deadline expired first.
   bool caller_cancelled = false;
+  /// The caller's deadline expired before the caller cancelled (CallBase::expire_caller_deadline):
+  /// the execution's cancellation is reported as errc::timeout.
+  bool caller_deadline_first = false;
 };
 
 /// What the engine's machine (CallBase::advance) asks its shell to do next. The synchronous shell
@@ -174,6 +177,12 @@ class CallBase : private ClockWaiter {
     async_->caller_cancelled = true;
     cancel_from_caller(type);
   }
+  /// The caller's deadline (arm_caller_deadline) expired: cancel_from_caller, remembered as the
+  /// deadline's unless the caller had cancelled first.
+  void expire_caller_deadline() noexcept {
+    if (!async_->caller_cancelled) async_->caller_deadline_first = true;
+    cancel_from_caller(boost::asio::cancellation_type::terminal);
+  }
   /// The pending operation's handler was destroyed uninvoked while this execution's engine was on
   /// the stack: its initiation failed, and the engine fails the attempt.
   void step_dropped() noexcept { step_dropped_ = true; }
@@ -205,10 +214,10 @@ class CallBase : private ClockWaiter {
   /// abandoned.
   void arm_caller_deadline(DeadlineEntry& entry, Clock::time_point deadline);
   /// An execution that ran under the caller's deadline ended: a cancellation it ended with becomes
-  /// `errc::timeout` if the deadline's expiry came (`expired`), or if the deadline has passed and
-  /// the caller did not cancel (its slot, its stop token): the engine declined an attempt past
-  /// it, or a wait ended at it. Other outcomes pass unchanged: a retry stopped by the deadline
-  /// keeps its last real failure.
+  /// `errc::timeout` if the deadline's expiry came before any cancellation the caller asked for
+  /// (`expired`), or if the deadline has passed and the caller did not cancel (its slot, its stop
+  /// token): the engine declined an attempt past it, or a wait ended at it. Other outcomes pass
+  /// unchanged: a retry stopped by the deadline keeps its last real failure.
   void report_caller_deadline(bool expired = false) noexcept;
 
   /// Cancels what is running inside layer `origin`.
@@ -248,6 +257,15 @@ class CallBase : private ClockWaiter {
   /// The layers' scratch storage: a layer's frame is this plus its PipelineLayer::frame_offset.
   [[nodiscard]] std::byte* frames() const noexcept { return frames_; }
   [[nodiscard]] std::size_t cancel_origin() const noexcept { return cancel_origin_; }
+  /// A synchronous execution marks no cancellation's origin (its deadlines are cooperative): true
+  /// if it is synchronous, its outcome is a cancellation and the context's deadline, set by the
+  /// caller or by a layer outside layer `index` (a layer inside has restored its own before
+  /// `index` hears of the outcome), has passed: that deadline ended the inner part. Always false
+  /// for an asynchronous execution, whose expiries mark their origin.
+  [[nodiscard]] bool outer_deadline_passed(std::size_t index) const noexcept {
+    if (async_ != nullptr || context_->deadline_ == Clock::time_point::max()) return false;
+    return outer_deadline_ended(index);
+  }
   [[nodiscard]] bool synchronous() const noexcept { return async_ == nullptr; }
 
   Clock::time_point exchange_deadline(Clock::time_point t) noexcept {
@@ -320,6 +338,8 @@ class CallBase : private ClockWaiter {
   /// Disarms the caller's deadline (AsyncSteps::caller_deadline, set) and, if `report`, reports
   /// the outcome as it decides (report_caller_deadline). Idempotent: the first call clears it.
   [[gnu::cold]] void disarm_caller_deadline(bool report) noexcept;
+  /// outer_deadline_passed past its first tests.
+  [[gnu::cold]] bool outer_deadline_ended(std::size_t index) const noexcept;
 
   /// PipelineView::observes_executions: the execution starts (announces the shield to its
   /// observers, reads the clock) ...
