@@ -1,6 +1,7 @@
 // kevlar — internal: an asynchronous execution (Shield::execute_async).
 #pragma once
 
+#include <kevlar/detail/always_inline.hpp>
 #include <kevlar/detail/block_cache.hpp>
 #include <kevlar/detail/deadline_queue.hpp>
 #include <kevlar/diagnostics.hpp>
@@ -231,17 +232,68 @@ inline void adopt_result(OutcomeState& to, const OutcomeState& from) {
   to.retry_after = from.retry_after;
 }
 
+/// What an asynchronous execution and its attempts share, typed by the operation's completion
+/// signature `Sig`: the lease that keeps the pipeline alive, the machine's asynchronous state, the
+/// context, and the completion's values, which the outcome points at. The two executions
+/// (AsyncCall, AttemptCall) add what tells them apart: the caller's handler and callable, or the
+/// link to the execution that started the attempt.
+template <class Sig>
+class TypedCall : public CallBase {
+ protected:
+  using Traits = SignatureTraits<Sig>;
+  using ErrorType = typename Traits::error_type;
+  using Values = typename Traits::values_type;
+  using Value = typename Traits::value_type;
+
+  // Inlined, as the members were when each execution type declared its own: out of line, the
+  // pair of them cost a queued handoff 34 more instructions.
+  KEVLAR_DETAIL_ALWAYS_INLINE TypedCall(const PipelineView& pipeline, std::byte* frames,
+                                        Lease keep_alive, const Clock& clock,
+                                        const std::string* shield_name)
+      : CallBase(pipeline, frames, context_storage_),
+        keep_alive_(std::move(keep_alive)),
+        context_storage_(clock, shield_name, false) {
+    async_ = &steps_;
+    if constexpr (Traits::value_count > 0) {
+      outcome_.slot = &values_;
+      outcome_.ops = &TupleValueOps<Values, Value>::ops;
+    }
+  }
+  KEVLAR_DETAIL_ALWAYS_INLINE ~TypedCall() {}
+
+ public:
+  /// Stores the operation's completion arguments as the outcome and its values.
+  template <class E, class... Args>
+  void store(E&& e, Args&&... args) {
+    store_completion<ErrorType>(outcome_, values_, std::forward<E>(e), std::forward<Args>(args)...);
+  }
+
+ protected:
+  /// Takes over the outcome and the values of `attempt`, an attempt of this execution (every
+  /// attempt of an execution has its completion signature).
+  void adopt_outcome(CallBase& attempt) override {
+    auto& child = static_cast<TypedCall&>(attempt);
+    adopt_result(outcome_, child.outcome());
+    values_ = std::move(child.values_);
+  }
+
+  Lease keep_alive_;  ///< the pipeline outlives the execution
+  // After keep_alive_: destroyed first, so the step timer goes before the pipeline's clock.
+  AsyncSteps steps_;
+  Context context_storage_;
+  std::optional<Values> values_;
+};
+
 /// One attempt of the inner part of a pipeline that a layer runs alongside others
 /// (Layer::start_attempt): the layers inside that layer, then the user's operation, on a copy of
 /// the context. Its block comes from kevlar's per-thread cache (it may outlive the caller's
 /// handler: a cancelled attempt ends on its own), and it keeps the pipeline alive. Its completion
 /// runs on the caller's executor, like the execution that started it.
 template <class Attempt, class Sig, class Executor>
-class AttemptCall final : public CallBase {
-  using Traits = SignatureTraits<Sig>;
-  using ErrorType = typename Traits::error_type;
-  using Values = typename Traits::values_type;
-  using Value = typename Traits::value_type;
+class AttemptCall final : public TypedCall<Sig> {
+  using Base = TypedCall<Sig>;
+  using typename Base::ErrorType;
+  using typename Base::Values;
 
  public:
   using allocator_type = CachingAllocator<void>;
@@ -265,12 +317,6 @@ class AttemptCall final : public CallBase {
     }
   }
 
-  template <class E, class... Args>
-  void store(E&& e, Args&&... args) {
-    store_completion<ErrorType>(outcome_, values_, std::forward<E>(e), std::forward<Args>(args)...);
-  }
-  std::optional<Values>& values() noexcept { return values_; }
-
   [[nodiscard]] allocator_type get_allocator() const noexcept { return {}; }
   [[nodiscard]] executor_type get_executor() const noexcept { return ex_; }
   [[nodiscard]] boost::asio::any_io_executor call_executor() const noexcept override {
@@ -281,7 +327,7 @@ class AttemptCall final : public CallBase {
   }
 
   CallBase* make_attempt(std::size_t first) override {
-    return create(*this, first, ex_, keep_alive_);
+    return create(*this, first, ex_, this->keep_alive_);
   }
   void invoke_operation_for(CallBase& attempt) override {
     if (link_.parent != nullptr) {
@@ -290,26 +336,15 @@ class AttemptCall final : public CallBase {
       static_cast<AttemptCall&>(attempt).fail_operation();
     }
   }
-  void adopt_outcome(CallBase& attempt) override {
-    auto& child = static_cast<AttemptCall&>(attempt);
-    adopt_result(outcome_, child.outcome());
-    values_ = std::move(child.values());
-  }
 
  private:
   AttemptCall(CallBase& parent, std::size_t first, std::byte* frames, Executor&& ex,
               const Lease& keep_alive, std::size_t blocks)
-      : CallBase(parent.pipeline(), frames, context_storage_),
-        keep_alive_(keep_alive),
-        context_storage_(parent.context().clock(), parent.context().shield_name(), false),
+      : Base(parent.pipeline(), frames, keep_alive, parent.context().clock(),
+             parent.context().shield_name()),
         ex_(std::move(ex)),
         blocks_(blocks) {
-    async_ = &steps_;
-    if constexpr (Traits::value_count > 0) {
-      outcome_.slot = &values_;
-      outcome_.ops = &TupleValueOps<Values, Value>::ops;
-    }
-    become_attempt(parent, first, link_);
+    this->become_attempt(parent, first, link_);
   }
 
   /// The operation runs through the execution that started this attempt (it holds the user's
@@ -340,11 +375,7 @@ class AttemptCall final : public CallBase {
     destroy_execution(this, allocator_type(), blocks_);
   }
 
-  Lease keep_alive_;  ///< the pipeline outlives the attempt
-  AsyncSteps steps_;
-  Context context_storage_;
   Executor ex_;
-  std::optional<Values> values_;
   AttemptNode link_;
   std::size_t blocks_;
 };
@@ -353,11 +384,15 @@ class AttemptCall final : public CallBase {
 /// and the context, allocated in one block (with the layers' frames behind it) from the handler's
 /// associated allocator.
 template <class Handler, class Attempt, class Sig>
-class AsyncCall final : public CallBase {
-  using Traits = SignatureTraits<Sig>;
-  using ErrorType = typename Traits::error_type;
-  using Values = typename Traits::values_type;
-  using Value = typename Traits::value_type;
+class AsyncCall final : public TypedCall<Sig> {
+  using Base = TypedCall<Sig>;
+  using typename Base::ErrorType;
+  using typename Base::Values;
+  using Base::disarm_caller_deadline;
+  using Base::keep_alive_;
+  using Base::outcome_;
+  using Base::steps_;
+  using Base::values_;
 
  public:
   /// The caller's allocator if its handler brings one, else kevlar's per-thread block cache.
@@ -450,14 +485,6 @@ class AsyncCall final : public CallBase {
   }
 
  public:
-
-  template <class E, class... Args>
-  void store(E&& e, Args&&... args) {
-    store_completion<ErrorType>(outcome_, values_, std::forward<E>(e), std::forward<Args>(args)...);
-  }
-  /// The values of the completion this execution holds (an attempt's, before its parent adopts).
-  std::optional<Values>& values() noexcept { return values_; }
-
   [[nodiscard]] allocator_type get_allocator() const noexcept { return allocator_of(handler_); }
   static allocator_type allocator_of(const Handler& h) noexcept {
     if constexpr (std::is_same_v<allocator_type, CachingAllocator<void>>) {
@@ -480,18 +507,10 @@ class AsyncCall final : public CallBase {
  private:
   AsyncCall(Lease keep_alive, const PipelineView& pipeline, std::byte* frames, Handler&& handler,
             Attempt&& attempt, std::size_t blocks)
-      : CallBase(pipeline, frames, context_storage_),
-        keep_alive_(std::move(keep_alive)),
-        context_storage_(*pipeline.clock, pipeline.name, false),
+      : Base(pipeline, frames, std::move(keep_alive), *pipeline.clock, pipeline.name),
         handler_(std::move(handler)),
         attempt_(std::move(attempt)),
-        blocks_(blocks) {
-    async_ = &steps_;
-    if constexpr (Traits::value_count > 0) {
-      outcome_.slot = &values_;
-      outcome_.ops = &TupleValueOps<Values, Value>::ops;
-    }
-  }
+        blocks_(blocks) {}
 
   /// True if `handler` brings no executor of its own (or a type-erased one holding the system
   /// executor).
@@ -554,12 +573,6 @@ class AsyncCall final : public CallBase {
   void invoke_operation_for(CallBase& attempt) override {
     attempt_(typename Child::StepHandler(static_cast<Child*>(&attempt)));
   }
-  void adopt_outcome(CallBase& attempt) override {
-    auto& child = static_cast<Child&>(attempt);
-    adopt_result(outcome_, child.outcome());
-    values_ = std::move(child.values());
-  }
-
   void deliver() override {
     if (steps_.caller_deadline != nullptr) [[unlikely]] disarm_caller_deadline(true);
     if (caller_slot_.is_connected()) caller_slot_.clear();
@@ -626,13 +639,8 @@ class AsyncCall final : public CallBase {
     destroy_execution(this, get_allocator(), blocks_);
   }
 
-  Lease keep_alive_;  ///< the pipeline outlives the execution
-  // After keep_alive_: destroyed first, so the step timer goes before the pipeline's clock.
-  AsyncSteps steps_;
-  Context context_storage_;
   Handler handler_;
   Attempt attempt_;
-  std::optional<Values> values_;
   boost::asio::cancellation_slot caller_slot_;
   std::size_t blocks_;
 };
