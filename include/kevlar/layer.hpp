@@ -82,11 +82,9 @@ class Layer {
   /// The outcome the inner part of the pipeline produced (meaningful in on_inner_complete and
   /// after it; a strategy that completes without running the inner part sets it first).
   [[nodiscard]] OutcomeRef outcome() const noexcept { return OutcomeRef(call_->outcome()); }
-  /// Zero-based position of this layer in the engine's pipeline (0 is the outermost). For a
-  /// strategy it equals strategy_index(): kevlar's only layer of its own, the attempt observer of
-  /// an observed shield, comes after every strategy.
-  [[nodiscard]] std::size_t index() const noexcept { return index_; }
-  /// Zero-based position of this strategy among the shield's strategies (Shield::strategies()).
+  /// Zero-based position of this strategy among the shield's strategies (Shield::strategies()),
+  /// 0 the outermost. It is also the layer's position in the engine's pipeline: kevlar's only
+  /// layer of its own, the attempt observer of an observed shield, comes after every strategy.
   [[nodiscard]] std::size_t strategy_index() const noexcept { return index_; }
   /// True for Shield::execute, false for Shield::execute_async.
   [[nodiscard]] bool synchronous() const noexcept { return call_->synchronous(); }
