@@ -541,7 +541,8 @@ class BasicShield {
     return call.take_value();  // no Outcome in between: the value moves once
   }
 
-  /// execute_pipeline() for a pipeline that is not PipelineView::plain_synchronous.
+  /// execute_pipeline() for a pipeline that is not PipelineView::plain_synchronous, and every
+  /// call with the caller's deadline (from execute_with).
   template <class Options, class Fn, class... Stop>
   [[gnu::noinline]] detail::SyncValue<Fn> execute_any(const Options& options, Fn& fn,
                                                       Stop&&... stop) const {

@@ -115,9 +115,13 @@ class Layer {
   /// timeout's budget), returning the previous one, which the strategy restores when it finishes.
   /// A deadline also cuts short the engine's synchronous waits (a wait that ends at it completes
   /// with `operation_aborted`), and once it has passed after a wait or an attempt, an
-  /// asynchronous execution starts no further attempt (it fails as a cancellation).
+  /// asynchronous execution starts no further attempt (it fails as a cancellation). In a
+  /// synchronous execution a deadline it changes is this strategy's: a cancellation past it is
+  /// one from outside (cancelled_from_outside()) for the strategies inside, not for this one or
+  /// those outside it (also after it restored the previous deadline: restore with
+  /// lower_deadline's pair, restore_deadline, to give the deadline back to its owner).
   Clock::time_point exchange_deadline(Clock::time_point deadline) const noexcept {
-    return call_->exchange_deadline(deadline);
+    return call_->exchange_deadline(deadline, index_);
   }
 
   /// Like exchange_deadline, for a strategy that owns the deadline it sets (a timeout): the

@@ -302,6 +302,48 @@ TEST(CircuitBreakerStrategy, ADeadlineFromOutsideCountsNothingSync) {
   EXPECT_EQ(b->state(), S::open);
 }
 
+TEST(CircuitBreakerStrategy, ADeadlineFromOutsideCountsNothingAsync) {
+  const auto clock = ManualClock::create();
+  const auto b = breaker(2, 5s);
+  asio::io_context ioc;
+  test::PendingOps ops;
+  std::vector<error_code> results;
+  const auto handler = [&] {
+    return asio::bind_executor(ioc, [&](error_code ec, int) { results.push_back(ec); });
+  };
+  const auto drain = [&] {
+    ioc.restart();
+    ioc.poll();
+  };
+  const Shield breaker_only = Shield{}.use(b).with_clock(clock);
+  const Shield timeout_outside = Shield{}.timeout(1s).use(b).with_clock(clock);
+  const auto fail_once = [&] {
+    breaker_only.execute_async(ops.attempt(), handler());
+    drain();
+    ops.complete(ops.size() - 1, asio::error::connection_reset);
+    drain();
+  };
+  for (const bool callers : {true, false}) {
+    SCOPED_TRACE(callers ? "the caller's deadline" : "an outer timeout");
+    // F, ended by the deadline, F: the circuit opens.
+    b->reset();
+    fail_once();
+    if (callers) {
+      breaker_only.execute_async(CallOptions::within(1s, *clock), ops.attempt(), handler());
+    } else {
+      timeout_outside.execute_async(ops.attempt(), handler());
+    }
+    drain();
+    clock->advance(1s);
+    drain();
+    ASSERT_FALSE(results.empty());
+    EXPECT_EQ(results.back(), errc::timeout) << results.back().message();
+    EXPECT_EQ(b->state(), S::closed);
+    fail_once();
+    EXPECT_EQ(b->state(), S::open);
+  }
+}
+
 TEST(CircuitBreakerStrategy, AClauseThatHandlesCancellationCountsIt) {
   const auto clock = ManualClock::create();
   const auto b = breaker(1, 5s);

@@ -13,6 +13,7 @@
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -77,6 +78,29 @@ class Redo final : public BasicStrategy<Redo, int> {
  private:
   Clock::duration delay_;
   int times_;
+};
+
+/// Sets its own deadline with exchange_deadline (unless the one in force is earlier) and, in
+/// inner_complete, asks whether the outcome came from outside before it restores the previous
+/// deadline.
+class AsksBeforeRestoring final : public BasicStrategy<AsksBeforeRestoring, Clock::time_point> {
+ public:
+  explicit AsksBeforeRestoring(Clock::duration budget) : budget_(budget) {}
+  std::string describe() const override { return "AsksBeforeRestoring"; }
+  Step start(Layer& layer, Clock::time_point& previous) {
+    previous = layer.exchange_deadline(
+        std::min(layer.clock().now() + budget_, layer.context().deadline()));
+    return Step::run_inner;
+  }
+  Step inner_complete(Layer& layer, Clock::time_point& previous) {
+    from_outside = layer.cancelled_from_outside();
+    layer.exchange_deadline(previous);
+    return Step::complete;
+  }
+  std::optional<bool> from_outside;
+
+ private:
+  Clock::duration budget_;
 };
 
 std::shared_ptr<Redo> every(Clock::duration delay, int times) {
@@ -204,6 +228,39 @@ TEST_F(ExchangeDeadline, ASynchronousWaitDueAtTheDeadlineEndsAsACancellation) {
   EXPECT_EQ(attempts, 1);
   ASSERT_TRUE(outcome.has_error());
   EXPECT_EQ(outcome.error(), asio::error::operation_aborted);
+}
+
+// A synchronous strategy's own deadline, set with exchange_deadline, is not a cancellation from
+// outside for it, alone or inside a longer timeout (whose deadline, owned, is outer for it).
+TEST_F(ExchangeDeadline, ASynchronousStrategysOwnDeadlineIsNotACancellationFromOutside) {
+  for (const bool inside_a_timeout : {false, true}) {
+    SCOPED_TRACE(inside_a_timeout ? "inside a longer timeout" : "alone");
+    const auto own = std::make_shared<AsksBeforeRestoring>(1s);
+    const Shield shield = inside_a_timeout ? Shield{}.timeout(10s).use(own).with_clock(clock)
+                                           : Shield{}.use(own).with_clock(clock);
+    const Outcome<int> o = shield.execute_outcome([&](Context& ctx) -> int {
+      clock->advance(1s);
+      ctx.throw_if_cancelled();
+      return 1;
+    });
+    EXPECT_FALSE(o.has_value());
+    ASSERT_TRUE(own->from_outside.has_value());
+    EXPECT_FALSE(*own->from_outside) << "its own deadline passed, nobody else's";
+  }
+}
+
+// The control: the same strategy inside a shorter timeout leaves the timeout's deadline in force,
+// and hears it, owned outside it, as a cancellation from outside.
+TEST_F(ExchangeDeadline, ASynchronousStrategyHearsAnOuterTimeoutsDeadlineAsFromOutside) {
+  const auto own = std::make_shared<AsksBeforeRestoring>(1h);
+  const Shield shield = Shield{}.timeout(1s).use(own).with_clock(clock);
+  const Outcome<int> o = shield.execute_outcome([&](Context&) -> int {
+    clock->advance(1s);
+    throw Error(asio::error::operation_aborted);
+  });
+  EXPECT_FALSE(o.has_value());
+  ASSERT_TRUE(own->from_outside.has_value());
+  EXPECT_TRUE(*own->from_outside);
 }
 
 }  // namespace

@@ -258,18 +258,29 @@ class CallBase : private ClockWaiter {
   [[nodiscard]] std::byte* frames() const noexcept { return frames_; }
   [[nodiscard]] std::size_t cancel_origin() const noexcept { return cancel_origin_; }
   /// A synchronous execution marks no cancellation's origin (its deadlines are cooperative): true
-  /// if it is synchronous, its outcome is a cancellation and the context's deadline, set by the
-  /// caller or by a layer outside layer `index` (a layer inside has restored its own before
-  /// `index` hears of the outcome), has passed: that deadline ended the inner part. Always false
-  /// for an asynchronous execution, whose expiries mark their origin.
+  /// if it is synchronous, its outcome is a cancellation and the context's deadline has passed,
+  /// owned by nobody (the caller's, a synchronous timeout's: kevlar's built-ins restore their own
+  /// before a layer outside hears of the outcome) or by a layer outside layer `index` (one that
+  /// set it with Layer::exchange_deadline or lower_deadline): that deadline ended the inner part.
+  /// Always false for an asynchronous execution, whose expiries mark their origin.
   [[nodiscard]] bool outer_deadline_passed(std::size_t index) const noexcept {
     if (async_ != nullptr || context_->deadline_ == Clock::time_point::max()) return false;
     return outer_deadline_ended(index);
   }
   [[nodiscard]] bool synchronous() const noexcept { return async_ == nullptr; }
 
+  /// Sets the context's deadline, its owner unchanged (a synchronous timeout's: see
+  /// outer_deadline_passed).
   Clock::time_point exchange_deadline(Clock::time_point t) noexcept {
     return std::exchange(context_->deadline_, t);
+  }
+  /// Layer::exchange_deadline for layer `layer`: in a synchronous execution a deadline it changes
+  /// is that layer's from then on, so that the layer and those outside it do not hear a
+  /// cancellation past it as one from outside (outer_deadline_passed).
+  Clock::time_point exchange_deadline(Clock::time_point t, std::size_t layer) noexcept {
+    const Clock::time_point previous = std::exchange(context_->deadline_, t);
+    if (async_ == nullptr && t != previous) deadline_owner_ = layer;
+    return previous;
   }
   /// A deadline and the layer that set it, as lower_deadline saved them.
   struct SavedDeadline {

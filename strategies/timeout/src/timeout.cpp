@@ -40,7 +40,7 @@ Clock::duration validated(Clock::duration d, const char* what) {
 /// disarm() in a synchronous execution, which never arms: the context's previous deadline back.
 void restore_synchronous(Layer& layer, Frame& f) noexcept {
   if (f.deadline_set) {
-    layer.exchange_deadline(f.previous_deadline());  // no owner: see start()
+    detail::LayerAccess::call(layer)->exchange_deadline(f.previous_deadline());  // see start()
     f.deadline_set = false;
   }
 }
@@ -81,8 +81,11 @@ Step TimeoutStrategy::start(Layer& layer, Frame& f) {
   // or more (1.6-5.7 ms measured on a VM), and a deadline computed from it fired that much early.
   f.deadline_at = (layer.clock().now() + f.budget).time_since_epoch();
   if (layer.synchronous()) {
-    // No owner needed: only the asynchronous engine declines attempts past a deadline.
-    f.previous_at = layer.exchange_deadline(std::min(f.deadline(), layer.context().deadline()))
+    // No owner needed: only the asynchronous engine declines attempts past a deadline, and a
+    // strategy inside hears a cancellation past a deadline of no owner as one from outside
+    // (Layer::cancelled_from_outside), which is what this deadline is for it.
+    f.previous_at = detail::LayerAccess::call(layer)
+                        ->exchange_deadline(std::min(f.deadline(), layer.context().deadline()))
                         .time_since_epoch();
     f.deadline_set = true;
     return Step::run_inner;
