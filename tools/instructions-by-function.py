@@ -9,8 +9,9 @@ minus its count in the first, divided by N, is what one call spends in it (start
 cancel, as in count-instructions.sh). With CONTROL, the table shows MODE's figure, CONTROL's and
 the difference, largest difference first: where MODE spends what CONTROL does not (for instance
 async_pass_through against async_empty, the asynchronous engine against a shield that hands the
-handler straight to the operation). Function names are shortened: template arguments and
-parameter lists are dropped, so overloads and instantiations of one name are summed.
+handler straight to the operation). Function names are shortened: template arguments,
+parameter lists and clone suffixes are dropped, so overloads, instantiations and clones of one
+name are summed.
 
 Needs valgrind (callgrind_annotate comes with it) and a Release build with benchmarks enabled
 (default build/release; ninja -C DIR kevlar_count_instructions).
@@ -24,12 +25,18 @@ import tempfile
 
 
 def shorten(name: str) -> str:
-    name = re.sub(r"\s*\[[^\]]*\]\s*$", "", name)  # the object file
-    name = re.sub(r"^\?\?\?:", "", name)
-    for pattern, empty in ((r"<[^<>]*>", ""), (r"\([^()]*\)", "()")):
+    name = re.sub(r"\s*\[/[^\]]*\]\s*$", "", name)  # the object file
+    name = re.sub(r"^[^:\s]*:(?!:)", "", name)  # the source file ("???" without debug info)
+    # Clones of one function (a cold part, an interprocedural copy) count as the function.
+    name = re.sub(r"\s*\[clone [^\]]*\]", "", name)
+    # Operators whose names hold the characters stripped below.
+    name = re.sub(r"operator(<<=?|>>=?|<=>|<=|>=|<|>|\(\))", lambda m: "operator" + {
+        "<<": "_shl", "<<=": "_shl_eq", ">>": "_shr", ">>=": "_shr_eq", "<=>": "_cmp",
+        "<=": "_le", ">=": "_ge", "<": "_lt", ">": "_gt", "()": "_call"}[m.group(1)], name)
+    for pattern in (r"<[^<>]*>", r"\([^()]*\)"):
         previous = None
         while previous != name:
-            previous, name = name, re.sub(pattern, empty, name)
+            previous, name = name, re.sub(pattern, "", name)
     return name
 
 
@@ -41,12 +48,20 @@ def self_counts(exe: str, mode: str, calls: int) -> dict:
             capture_output=True, text=True)
         if run.returncode != 0:
             sys.exit(f"instructions-by-function: {exe} {mode} {calls} failed:\n{run.stderr}")
-        annotated = subprocess.run(["callgrind_annotate", "--threshold=100", out],
-                                   capture_output=True, text=True, check=True).stdout
+        # Self costs of functions only: no source annotation (a build with debug information
+        # would add source and call lines), no inclusive costs.
+        annotated = subprocess.run(
+            ["callgrind_annotate", "--threshold=100", "--auto=no", "--inclusive=no", out],
+            capture_output=True, text=True, check=True).stdout
+    return parse_annotation(annotated)
+
+
+def parse_annotation(text: str) -> dict:
+    """Self instructions by shortened function name, from callgrind_annotate's function table."""
     counts: dict = {}
-    for line in annotated.splitlines():
+    for line in text.splitlines():
         m = re.match(r"\s*([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?(\S.*)", line)
-        if m is None or ":" not in m.group(2) or "PROGRAM TOTALS" in line:
+        if m is None or ":" not in m.group(2) or "PROGRAM TOTALS" in line or "=>" in line:
             continue
         name = shorten(m.group(2))
         counts[name] = counts.get(name, 0) + int(m.group(1).replace(",", ""))
