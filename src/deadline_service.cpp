@@ -177,21 +177,14 @@ void CallBase::disarm_caller_deadline(bool report) noexcept {
   if (report) report_caller_deadline(expired);
 }
 
-namespace {
-bool is_cancelled(const OutcomeState& outcome) noexcept {
-  return (outcome.kind == OutcomeKind::error && is_cancellation(outcome.error)) ||
-         (outcome.kind == OutcomeKind::exception && is_cancellation_exception(outcome.exception));
-}
-}  // namespace
-
 bool CallBase::outer_deadline_ended(std::size_t index) const noexcept {
   const bool outer = deadline_owner_ < index || deadline_owner_ == no_layer ||
                      deadline_owner_ == caller_deadline_owner;
-  return outer && sync_past_deadline() && is_cancelled(outcome_);
+  return outer && sync_past_deadline() && outcome_is_cancellation(outcome_);
 }
 
 void CallBase::report_caller_deadline(bool expired) noexcept {
-  if (!is_cancelled(outcome_)) return;
+  if (!outcome_is_cancellation(outcome_)) return;
   if (!expired) {
     const bool by_caller =
         async_ != nullptr ? async_->caller_cancelled : context_->stop_token().stop_requested();

@@ -72,6 +72,14 @@ struct OutcomeState {
 /// The error code carried by a system_error-like exception, or an empty code.
 [[nodiscard]] boost::system::error_code error_of_exception(const std::exception_ptr& ep) noexcept;
 
+/// True if the outcome is a cancellation: an error or an exception that kevlar::is_cancellation
+/// (or is_cancellation_exception) accepts (OutcomeRef::is_cancellation).
+[[nodiscard]] inline bool outcome_is_cancellation(const OutcomeState& outcome) noexcept {
+  if (outcome.kind == OutcomeKind::error) return kevlar::is_cancellation(outcome.error);
+  if (outcome.kind == OutcomeKind::exception) return is_cancellation_exception(outcome.exception);
+  return false;
+}
+
 }  // namespace detail
 
 /// A strategy's view of the outcome flowing through its position in the pipeline. Strategies read
@@ -101,9 +109,7 @@ class OutcomeRef {
   /// exception carrying one). Rethrows the exception to inspect it, so it is not free on the
   /// exception path.
   [[nodiscard]] bool is_cancellation() const noexcept {
-    if (has_error()) return kevlar::is_cancellation(state_->error);
-    if (has_exception()) return detail::is_cancellation_exception(state_->exception);
-    return false;
+    return detail::outcome_is_cancellation(*state_);
   }
 
   /// The type of the call's value (`typeid(void)` for calls without one).
