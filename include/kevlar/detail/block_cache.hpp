@@ -1,6 +1,8 @@
 // kevlar — internal: a per-thread cache of memory blocks for asynchronous executions.
 #pragma once
 
+#include <kevlar/detail/always_inline.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -37,7 +39,7 @@ void cache_deallocate_slow(void* p, std::size_t size) noexcept;
 
 /// Allocates `size` bytes (alignment <= alignof(std::max_align_t)) from the calling thread's
 /// cache, falling back to operator new.
-[[nodiscard]] inline void* cache_allocate(std::size_t size) {
+[[nodiscard]] KEVLAR_DETAIL_ALWAYS_INLINE inline void* cache_allocate(std::size_t size) {
   const std::size_t c = block_class(size);
   if (c < BlockCacheSlots::classes) {
     BlockCacheSlots& t = tl_block_cache;
@@ -47,7 +49,7 @@ void cache_deallocate_slow(void* p, std::size_t size) noexcept;
 }
 
 /// Returns a block from cache_allocate (to this thread's cache if it has room). Never throws.
-inline void cache_deallocate(void* p, std::size_t size) noexcept {
+KEVLAR_DETAIL_ALWAYS_INLINE inline void cache_deallocate(void* p, std::size_t size) noexcept {
   const std::size_t c = block_class(size);
   if (c < BlockCacheSlots::classes) {
     BlockCacheSlots& t = tl_block_cache;

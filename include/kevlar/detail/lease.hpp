@@ -115,9 +115,14 @@ class Lease {
  public:
   Lease() noexcept = default;
   /// A lease on `object`, which the caller keeps alive meanwhile.
-  explicit Lease(const Leased& object) noexcept : object_(&object) { object.acquire(); }
-  Lease(Lease&& other) noexcept : object_(std::exchange(other.object_, nullptr)) {}
-  Lease(const Lease& other) noexcept : object_(other.object_) {
+  // Inline, as the destructor: a few instructions each, which the compiler otherwise keeps out of
+  // line in a large translation unit (the instruction gate's hedge modes saw +1.9 %).
+  KEVLAR_DETAIL_ALWAYS_INLINE explicit Lease(const Leased& object) noexcept : object_(&object) {
+    object.acquire();
+  }
+  KEVLAR_DETAIL_ALWAYS_INLINE Lease(Lease&& other) noexcept
+      : object_(std::exchange(other.object_, nullptr)) {}
+  KEVLAR_DETAIL_ALWAYS_INLINE Lease(const Lease& other) noexcept : object_(other.object_) {
     if (object_ != nullptr) object_->acquire();
   }
   Lease& operator=(Lease other) noexcept {
