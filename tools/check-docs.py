@@ -4,9 +4,9 @@
 Run from anywhere: `tools/check-docs.py [repository root]`. CTest runs it (docs.consistency).
 Fails, naming every finding, when
   * a strategy's options struct has a member that its page under docs/ never names;
-  * a member of an options struct that is a hook (a std::function) is missing from the numbered
-    steps of its page's "## Semantics" section, for the strategies whose semantics are such a list
-    of steps (retry);
+  * a member of an options struct that is a hook (a std::function or a kevlar::Hook) is missing
+    from the numbered steps of its page's "## Semantics" section, for the strategies whose
+    semantics are such a list of steps (retry);
   * a `///` doc comment in a source or header is followed by nothing it could document (a closing
     brace or the end of the file, after any blank lines);
   * the vcpkg manifests' descriptions leave out a strategy that strategies/ holds.
@@ -100,7 +100,7 @@ def main():
             for name, type_ in members:
                 if not re.search(r"\b" + re.escape(name) + r"\b", doc):
                     findings.append(f"{page}: never names {struct}::{name}")
-                if folder in STEP_LISTS and "std::function" in type_:
+                if folder in STEP_LISTS and ("std::function" in type_ or type_.startswith("Hook<")):
                     steps = "\n".join(l for l in section(doc, "Semantics").splitlines()
                                       if re.match(r"^\s*\d+\.\s|^\s{3,}\S", l))
                     if not re.search(r"\b" + re.escape(name) + r"\b", steps):

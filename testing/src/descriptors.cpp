@@ -91,8 +91,8 @@ StrategyDescriptor describe_one(const Strategy& s, std::size_t index) {
     d.break_duration = o.break_duration;
     d.half_open_probes = o.half_open_probes;
     d.success_threshold = o.success_threshold;
-    d.has_break_duration_generator = o.break_duration_generator || o.break_duration_generator_async;
-    d.has_on_state_changed = o.on_state_changed || o.on_state_changed_async;
+    d.has_break_duration_generator = static_cast<bool>(o.break_duration_generator);
+    d.has_on_state_changed = static_cast<bool>(o.on_state_changed);
     return d;
   }
   if (const auto* r = dynamic_cast<const RateLimitStrategy*>(&s)) {
@@ -102,13 +102,13 @@ StrategyDescriptor describe_one(const Strategy& s, std::size_t index) {
                                o.window,
                                o.burst.value_or(o.permits),
                                o.queue_limit,
-                               o.on_rejected || o.on_rejected_async,
+                               static_cast<bool>(o.on_rejected),
                                static_cast<bool>(o.hold_from_outcome)};
   }
   if (const auto* c = dynamic_cast<const ConcurrencyLimitStrategy*>(&s)) {
     const ConcurrencyLimitOptions& o = c->options();
     return ConcurrencyLimitDescriptor{index, o.max_concurrency, o.max_queue,
-                                      o.on_rejected || o.on_rejected_async};
+                                      static_cast<bool>(o.on_rejected)};
   }
   if (const auto* h = dynamic_cast<const HedgeStrategy*>(&s)) {
     const HedgeOptions& o = h->options();

@@ -148,7 +148,7 @@ TEST(ChaosExecution, SynchronousBehaviourBothKinds) {
   plain.behavior = [&order](Context&) { order.emplace_back("plain"); };
   ChaosBehaviorOptions awaited;
   awaited.chaos = on();
-  awaited.behavior_async = [&order](Context&) -> asio::awaitable<void> {
+  awaited.behavior = [&order](Context&) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);  // really suspends on the private io_context
     order.emplace_back("awaited");
   };
@@ -163,7 +163,7 @@ TEST(ChaosExecution, SynchronousBehaviourBothKinds) {
                                              "void"}));
   ChaosBehaviorOptions failing;
   failing.chaos = on();
-  failing.behavior_async = [](Context&) -> asio::awaitable<void> {
+  failing.behavior = [](Context&) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     throw std::domain_error("awaited failure");
   };
@@ -177,7 +177,7 @@ TEST(ChaosExecution, AStopRequestedWhileAnAwaitedBehaviourRunsEndsTheCallBeforeT
   std::stop_source stop;
   ChaosBehaviorOptions b;
   b.chaos = on();
-  b.behavior_async = [&stop](Context&) -> asio::awaitable<void> {
+  b.behavior = [&stop](Context&) -> asio::awaitable<void> {
     stop.request_stop();  // the caller gives up while the behaviour runs; it ends normally
     co_return;
   };
@@ -253,7 +253,7 @@ TEST(ChaosExecution, EveryInjectionThroughACompletionHandler) {
   EXPECT_EQ(told, 1);
   ChaosBehaviorOptions b;
   b.chaos = on();
-  b.behavior_async = [&told](Context& c) -> asio::awaitable<void> {
+  b.behavior = [&told](Context& c) -> asio::awaitable<void> {
     EXPECT_EQ(c.attempt(), 0);
     co_await asio::post(asio::use_awaitable);
     ++told;
@@ -279,7 +279,7 @@ TEST(ChaosExecution, EveryInjectionThroughACoroutine) {
   EXPECT_EQ(calls, 0);
   ChaosBehaviorOptions b;
   b.chaos = on();
-  b.behavior_async = [](Context&) -> asio::awaitable<void> {
+  b.behavior = [](Context&) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     throw std::domain_error("awaited failure");
   };
@@ -325,7 +325,7 @@ TEST(ChaosExecution, TheCallersCancellationDuringAnAsynchronousBehaviourEndsTheC
   asio::cancellation_signal cancel;
   ChaosBehaviorOptions b;
   b.chaos = on();
-  b.behavior_async = [&cancel](Context&) -> asio::awaitable<void> {
+  b.behavior = [&cancel](Context&) -> asio::awaitable<void> {
     cancel.emit(asio::cancellation_type::terminal);  // the caller gives up meanwhile
     co_await asio::post(asio::use_awaitable);
   };
@@ -351,7 +351,7 @@ TEST(ChaosExecution, ATimeoutOutsideCancelsAnAsynchronousBehaviourAtOnce) {
   ChaosBehaviorOptions b;
   b.chaos = on();
   bool behaviour_ended = false;
-  b.behavior_async = [&](Context&) -> asio::awaitable<void> {
+  b.behavior = [&](Context&) -> asio::awaitable<void> {
     co_await hour.async_wait(asio::use_awaitable);  // aborted by the timeout's cancellation
     behaviour_ended = true;
   };
@@ -384,7 +384,7 @@ TEST(ChaosExecution, AnExecutionAbandonedDuringAnAsynchronousBehaviourEndsCleanl
     ChaosBehaviorOptions b;
     b.chaos = on();
     // The timer lives in the coroutine's frame, which goes with the io_context.
-    b.behavior_async = [](Context&) -> asio::awaitable<void> {
+    b.behavior = [](Context&) -> asio::awaitable<void> {
       asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::hours(1));
       co_await timer.async_wait(asio::use_awaitable);
     };

@@ -1,7 +1,8 @@
-// The breaker's asynchronous state-change hook (Kevlar's OnStateChangedAsync): awaited after the
-// synchronous observers, one change at a time and in order, by the caller that holds the hooks'
-// lane — the execution that caused the change (before it completes; a probe before it runs), or a
-// synchronous caller on a private io_context; its exception is that caller's outcome.
+// The breaker's coroutine state-change hook (a coroutine on_state_changed: Kevlar's
+// OnStateChangedAsync): awaited after the synchronous observers, one change at a time and in
+// order, by the caller that holds the hooks' lane — the execution that caused the change (before
+// it completes; a probe before it runs), or a synchronous caller on a private io_context; its
+// exception is that caller's outcome.
 #include "breaker_test_support.hpp"
 
 #include <kevlar/circuit_breaker.hpp>
@@ -48,8 +49,10 @@ std::string change_name(const CircuitStateChange& c) {
   return std::string(to_string(c.from)) + "->" + to_string(c.to);
 }
 
-/// Options whose observers log each change: "sync:", "sub:" (a subscriber) and "async:" (the
-/// asynchronous hook, once `gate` opens, if given; it checks that no two hooks overlap).
+/// Options whose observers log each change: "sub:" (a subscriber, a synchronous observer) and
+/// "async:" (the coroutine on_state_changed, once `gate` opens, if given; it checks that no two
+/// hooks overlap). The plain and the coroutine on_state_changed are one option now: the
+/// subscriber stands for the synchronous observers the coroutine runs after.
 struct Logged {
   std::vector<std::string> log;
   int inside = 0;
@@ -60,10 +63,7 @@ struct Logged {
     CircuitBreakerOptions o;
     o.consecutive_failures = 1;
     o.break_duration = 5s;
-    o.on_state_changed = [this](const CircuitStateChange& c) {
-      log.push_back("sync:" + change_name(c));
-    };
-    o.on_state_changed_async = [this](CircuitStateChange c) -> asio::awaitable<void> {
+    o.on_state_changed = [this](CircuitStateChange c) -> asio::awaitable<void> {
       if (++inside > 1) overlapped = true;
       if (gate != nullptr) {
         error_code ignored;
@@ -99,12 +99,11 @@ TEST(BreakerAsyncStateHook, TheCausingExecutionAwaitsItAfterTheSynchronousObserv
   poll_rounds(io);
   EXPECT_FALSE(got.has_value()) << "the execution awaits the hook";
   EXPECT_EQ(breaker->state(), S::open) << "the change stands while its hook runs";
-  EXPECT_EQ(l.log, (std::vector<std::string>{"sync:closed->open", "sub:closed->open"}));
+  EXPECT_EQ(l.log, (std::vector<std::string>{"sub:closed->open"}));
   gate.cancel();
   poll_rounds(io);
   EXPECT_EQ(got, error_code(asio::error::connection_reset));
-  EXPECT_EQ(l.log, (std::vector<std::string>{"sync:closed->open", "sub:closed->open",
-                                             "async:closed->open"}));
+  EXPECT_EQ(l.log, (std::vector<std::string>{"sub:closed->open", "async:closed->open"}));
   EXPECT_FALSE(l.overlapped);
 }
 
@@ -140,8 +139,7 @@ TEST(BreakerAsyncStateHook, AProbeRunsOnlyOnceItsHalfOpenHookEnded) {
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(got, error_code());
   EXPECT_EQ(breaker->state(), S::closed);
-  EXPECT_EQ(l.log, (std::vector<std::string>{"sync:open->half_open", "sub:open->half_open",
-                                             "async:open->half_open", "sync:half_open->closed",
+  EXPECT_EQ(l.log, (std::vector<std::string>{"sub:open->half_open", "async:open->half_open",
                                              "sub:half_open->closed", "async:half_open->closed"}));
 }
 
@@ -152,7 +150,7 @@ TEST(BreakerAsyncStateHook, ItsFailureIsTheOutcomeAndAProbeThatFailsSoDoesNotRun
   CircuitBreakerOptions o;
   o.consecutive_failures = 1;
   o.break_duration = 5s;
-  o.on_state_changed_async = [&](CircuitStateChange) -> asio::awaitable<void> {
+  o.on_state_changed = [&](CircuitStateChange) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     if (failures_left > 0) {
       --failures_left;
@@ -191,7 +189,7 @@ TEST(BreakerAsyncStateHook, ASynchronousCallerRunsItAndReceivesItsExceptionUncha
   std::vector<std::string> log;
   CircuitBreakerOptions o;
   o.consecutive_failures = 1;
-  o.on_state_changed_async = [&](CircuitStateChange c) -> asio::awaitable<void> {
+  o.on_state_changed = [&](CircuitStateChange c) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);  // really suspends, on the private io_context
     log.push_back(change_name(c));
     try {
@@ -226,17 +224,15 @@ TEST(BreakerAsyncStateHook, AChangeThatFindsTheLaneTakenIsAwaitedByItsHolderInOr
   ASSERT_FALSE(got.has_value());
   breaker->reset();  // the lane is taken: reset() returns once its synchronous observers ran
   breaker->isolate();
-  EXPECT_EQ(l.log, (std::vector<std::string>{"sync:closed->open", "sub:closed->open",
-                                             "sync:open->closed", "sub:open->closed",
-                                             "sync:closed->isolated", "sub:closed->isolated"}));
+  EXPECT_EQ(l.log, (std::vector<std::string>{"sub:closed->open", "sub:open->closed",
+                                             "sub:closed->isolated"}));
   gate.cancel();  // the first hook goes on; the next ones do not wait
   l.gate = nullptr;
   poll_rounds(io);
   EXPECT_EQ(got, error_code(asio::error::connection_reset));
-  EXPECT_EQ(l.log, (std::vector<std::string>{
-                       "sync:closed->open", "sub:closed->open", "sync:open->closed",
-                       "sub:open->closed", "sync:closed->isolated", "sub:closed->isolated",
-                       "async:closed->open", "async:open->closed", "async:closed->isolated"}));
+  EXPECT_EQ(l.log, (std::vector<std::string>{"sub:closed->open", "sub:open->closed",
+                                             "sub:closed->isolated", "async:closed->open",
+                                             "async:open->closed", "async:closed->isolated"}));
   EXPECT_FALSE(l.overlapped);
 }
 
@@ -247,7 +243,7 @@ TEST(BreakerAsyncStateHook, SeveralFailuresAwaitedByOneHolderReachItAsCircuitObs
   bool gated = true;
   CircuitBreakerOptions o;
   o.consecutive_failures = 1;
-  o.on_state_changed_async = [&](CircuitStateChange c) -> asio::awaitable<void> {
+  o.on_state_changed = [&](CircuitStateChange c) -> asio::awaitable<void> {
     if (gated) {
       error_code ignored;
       co_await gate.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
@@ -305,7 +301,7 @@ TEST(BreakerAsyncStateHook, AChangeMadeInsideTheHookIsAwaitedNextWithoutDeadlock
   std::shared_ptr<CircuitBreaker> breaker;
   CircuitBreakerOptions o;
   o.consecutive_failures = 1;
-  o.on_state_changed_async = [&](CircuitStateChange c) -> asio::awaitable<void> {
+  o.on_state_changed = [&](CircuitStateChange c) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     log.push_back(change_name(c));
     if (c.to == S::open) breaker->isolate();  // queued behind: awaited next by the same holder
@@ -329,7 +325,7 @@ TEST(BreakerAsyncStateHook, TheHoldersCancellationEndsTheHookAndFreesTheLane) {
   bool returned = false;
   CircuitBreakerOptions o;
   o.consecutive_failures = 1;
-  o.on_state_changed_async = [&](CircuitStateChange) -> asio::awaitable<void> {
+  o.on_state_changed = [&](CircuitStateChange) -> asio::awaitable<void> {
     if (++hooks == 1) co_await hour.async_wait(asio::use_awaitable);
     returned = true;
   };
@@ -361,7 +357,7 @@ TEST(BreakerAsyncStateHook, AnAbandonedHolderFreesTheLaneAndTheNextChangeAwaitsW
   CircuitBreakerOptions o;
   o.consecutive_failures = 1;
   int hooks = 0;
-  o.on_state_changed_async = [&](CircuitStateChange c) -> asio::awaitable<void> {
+  o.on_state_changed = [&](CircuitStateChange c) -> asio::awaitable<void> {
     if (++hooks == 1) {
       asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::hours(1));
       co_await timer.async_wait(asio::use_awaitable);
@@ -395,7 +391,7 @@ TEST(BreakerAsyncStateHook, AProbeAbandonedWhileItAwaitsItsHalfOpenHookFreesItsS
   CircuitBreakerOptions o;
   o.consecutive_failures = 1;
   o.break_duration = 5s;
-  o.on_state_changed_async = [&hold](CircuitStateChange) -> asio::awaitable<void> {
+  o.on_state_changed = [&hold](CircuitStateChange) -> asio::awaitable<void> {
     if (hold) {
       asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::hours(1));
       co_await timer.async_wait(asio::use_awaitable);
@@ -438,7 +434,7 @@ TEST(BreakerAsyncStateHook, NothingIsAwaitedWithoutAChange) {
   int hooks = 0;
   CircuitBreakerOptions o;
   o.consecutive_failures = 3;
-  o.on_state_changed_async = [&hooks](CircuitStateChange) -> asio::awaitable<void> {
+  o.on_state_changed = [&hooks](CircuitStateChange) -> asio::awaitable<void> {
     ++hooks;
     co_return;
   };
@@ -459,7 +455,8 @@ TEST(BreakerAsyncStateHook, NothingIsAwaitedWithoutAChange) {
 }
 
 // Four threads trip, probe and reset the circuit at once: every change's hook runs exactly once,
-// never two at a time, in the order the synchronous observer saw the changes.
+// never two at a time, in the order the synchronous observer (a subscriber: the plain and the
+// coroutine on_state_changed are one option now) saw the changes.
 TEST(BreakerAsyncStateHook, ConcurrentChangesReachTheHookOnceEachInOrder) {
   std::mutex m;
   std::vector<std::string> sync_seen;
@@ -469,11 +466,7 @@ TEST(BreakerAsyncStateHook, ConcurrentChangesReachTheHookOnceEachInOrder) {
   CircuitBreakerOptions o;
   o.consecutive_failures = 2;
   o.break_duration = 1ns;  // every later call may probe
-  o.on_state_changed = [&](const CircuitStateChange& c) {
-    const std::lock_guard lock(m);
-    sync_seen.push_back(change_name(c));
-  };
-  o.on_state_changed_async = [&](CircuitStateChange c) -> asio::awaitable<void> {
+  o.on_state_changed = [&](CircuitStateChange c) -> asio::awaitable<void> {
     if (inside.fetch_add(1) != 0) overlapped = true;
     co_await asio::post(asio::use_awaitable);
     {
@@ -483,6 +476,10 @@ TEST(BreakerAsyncStateHook, ConcurrentChangesReachTheHookOnceEachInOrder) {
     inside.fetch_sub(1);
   };
   const auto breaker = CircuitBreaker::create(o);
+  breaker->subscribe([&](const CircuitStateChange& c) {
+    const std::lock_guard lock(m);
+    sync_seen.push_back(change_name(c));
+  });
   const Shield shield = Shield{}.use(breaker);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {

@@ -1,6 +1,6 @@
 // CircuitBreakerCore's decisions around an opening sized by the caller (what the strategy does with
-// break_duration_generator_async): reserve_opening, open_reserved and cancel_opening, driven with
-// a manual clock (no Shield, no Asio, no sleeping).
+// a coroutine break_duration_generator): reserve_opening, open_reserved and cancel_opening, driven
+// with a manual clock (no Shield, no Asio, no sleeping).
 #include <kevlar/circuit_breaker.hpp>
 #include <kevlar/clock.hpp>
 
@@ -23,7 +23,7 @@ using Core = CircuitBreakerCore;
 CircuitBreakerOptions sized_by_caller(int n, std::vector<std::string>* log = nullptr) {
   CircuitBreakerOptions o;
   o.consecutive_failures = n;
-  o.break_duration_generator_async = [](BreakEvent) -> boost::asio::awaitable<Clock::duration> {
+  o.break_duration_generator = [](BreakEvent) -> boost::asio::awaitable<Clock::duration> {
     co_return 1s;  // never called: the test is the generator's caller
   };
   if (log != nullptr) {
@@ -117,7 +117,7 @@ TEST(OpeningReservation, AnInvalidDurationIsRefusedAndCancelsTheReservation) {
       core.open_reserved(opening, clock.now(), bad);
       ADD_FAILURE() << "accepted " << bad.count() << " ns";
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("break_duration_generator_async"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("break_duration_generator"), std::string::npos)
           << e.what();
     }
     EXPECT_EQ(core.state(), S::closed);

@@ -286,12 +286,10 @@ TEST_F(LimiterTest, RejectionHooksRunInOrderAndTheirFailuresReplaceTheError) {
   std::vector<std::string> log;
   ConcurrencyLimitOptions o;
   o.max_concurrency = 1;
-  o.on_rejected = [&](const ConcurrencyLimitRejectedEvent& e) {
-    log.push_back("sync");
+  // The plain and the coroutine on_rejected are one option now: a coroutine hook, awaited.
+  o.on_rejected = [&](ConcurrencyLimitRejectedEvent e) -> asio::awaitable<void> {
     EXPECT_EQ(e.max_concurrency, 1U);
     EXPECT_EQ(e.strategy_index, 0U);
-  };
-  o.on_rejected_async = [&](ConcurrencyLimitRejectedEvent) -> asio::awaitable<void> {
     log.push_back("async");
     co_return;
   };
@@ -300,14 +298,14 @@ TEST_F(LimiterTest, RejectionHooksRunInOrderAndTheirFailuresReplaceTheError) {
   start(s, 2);
   ioc.poll();
   EXPECT_EQ(results.done.at(2), errc::concurrency_limit_exceeded);
-  EXPECT_EQ(log, (std::vector<std::string>{"sync", "async"}));
-  // Synchronous executions run the async hook too (blocking).
+  EXPECT_EQ(log, (std::vector<std::string>{"async"}));
+  // Synchronous executions run the coroutine hook too (blocking).
   log.clear();
   auto rejected = s.execute_outcome([] { return 1; });
   ASSERT_TRUE(rejected.has_error());
   EXPECT_EQ(rejected.error(), errc::concurrency_limit_exceeded);
-  EXPECT_EQ(log, (std::vector<std::string>{"sync", "async"}));
-  // A sync hook failure replaces the rejection and skips the async hook.
+  EXPECT_EQ(log, (std::vector<std::string>{"async"}));
+  // A plain hook's failure replaces the rejection.
   ConcurrencyLimitOptions f = o;
   f.on_rejected = [&](const ConcurrencyLimitRejectedEvent&) {
     throw std::logic_error("sync hook");
@@ -319,10 +317,9 @@ TEST_F(LimiterTest, RejectionHooksRunInOrderAndTheirFailuresReplaceTheError) {
   auto o2 = s2.execute_outcome([] { return 1; });
   ASSERT_TRUE(o2.has_exception());
   EXPECT_THROW(std::rethrow_exception(o2.exception()), std::logic_error);
-  EXPECT_TRUE(log.empty());
-  // An async hook failure replaces the rejection.
+  // A coroutine hook's failure replaces the rejection.
   ConcurrencyLimitOptions g = o;
-  g.on_rejected_async = [](ConcurrencyLimitRejectedEvent) -> asio::awaitable<void> {
+  g.on_rejected = [](ConcurrencyLimitRejectedEvent) -> asio::awaitable<void> {
     throw std::out_of_range("async hook");
     co_return;
   };

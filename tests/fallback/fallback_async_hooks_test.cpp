@@ -1,6 +1,6 @@
-// The fallback's asynchronous hooks (on_fallback_async) and asynchronous recovery
-// (recovery_async): Kevlar's order, every execution shape, failures, and the caller's
-// cancellation reaching what they await.
+// The fallback's coroutine hooks (a coroutine on_fallback) and coroutine recovery (a coroutine
+// recovery): Kevlar's order, every execution shape, failures, and the caller's cancellation
+// reaching what they await.
 #include <kevlar/fallback.hpp>
 #include <kevlar/shield.hpp>
 #include <kevlar/timeout.hpp>
@@ -35,17 +35,18 @@ struct Down : std::runtime_error {
   Down() : std::runtime_error("down") {}
 };
 
+/// Options whose on_fallback and recovery are coroutines that record their order. (The plain and
+/// the coroutine form of each are one option now: a fallback runs one on_fallback.)
 FallbackOptions<int> recorded(std::vector<std::string>& log) {
   FallbackOptions<int> o;
-  o.on_fallback = [&log](const FallbackEvent<int>&) { log.emplace_back("on_fallback"); };
-  o.on_fallback_async = [&log](FallbackEvent<int> e) -> asio::awaitable<void> {
+  o.on_fallback = [&log](FallbackEvent<int> e) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
-    log.emplace_back(std::string("on_fallback_async:") +
+    log.emplace_back(std::string("on_fallback:") +
                      (e.outcome.has_exception() ? "exception" : "error"));
   };
-  o.recovery_async = [&log](Outcome<int> failed, Context&) -> asio::awaitable<int> {
+  o.recovery = [&log](Outcome<int> failed, Context&) -> asio::awaitable<int> {
     co_await asio::post(asio::use_awaitable);
-    log.emplace_back("recovery_async");
+    log.emplace_back("recovery");
     co_return failed.has_error() ? -2 : -1;
   };
   return o;
@@ -55,10 +56,9 @@ TEST(FallbackAsyncHooks, ASynchronousCallAwaitsThemInOrder) {
   std::vector<std::string> log;
   const Shield shield = Shield{}.fallback(recorded(log));
   EXPECT_EQ(shield.execute([]() -> int { throw Down(); }), -1);
-  EXPECT_EQ(log, (std::vector<std::string>{"on_fallback", "on_fallback_async:exception",
-                                           "recovery_async"}));
+  EXPECT_EQ(log, (std::vector<std::string>{"on_fallback:exception", "recovery"}));
   EXPECT_EQ(shield.execute([] { return 4; }), 4);  // a success passes untouched
-  EXPECT_EQ(log.size(), 3u);
+  EXPECT_EQ(log.size(), 2u);
 }
 
 TEST(FallbackAsyncHooks, AnAsynchronousCallGetsTheRecoveredValue) {
@@ -75,8 +75,7 @@ TEST(FallbackAsyncHooks, AnAsynchronousCallGetsTheRecoveredValue) {
   ASSERT_TRUE(got.has_value());
   EXPECT_FALSE(got->first);
   EXPECT_EQ(got->second, -2);
-  EXPECT_EQ(log, (std::vector<std::string>{"on_fallback", "on_fallback_async:error",
-                                           "recovery_async"}));
+  EXPECT_EQ(log, (std::vector<std::string>{"on_fallback:error", "recovery"}));
 }
 
 TEST(FallbackAsyncHooks, ACoroutineCallRecoversToo) {
@@ -100,7 +99,7 @@ TEST(FallbackAsyncHooks, ACoroutineCallRecoversToo) {
 TEST(FallbackAsyncHooks, AFailingHookSkipsTheRecoveryAndIsTheOutcome) {
   FallbackOptions<int> o;
   bool recovered = false;
-  o.on_fallback_async = [](FallbackEvent<int>) -> asio::awaitable<void> {
+  o.on_fallback = [](FallbackEvent<int>) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     throw std::domain_error("hook");
   };
@@ -119,7 +118,7 @@ TEST(FallbackAsyncHooks, TheCallersCancellationReachesTheAsynchronousRecovery) {
   asio::steady_timer hour(io, std::chrono::hours(1));
   asio::cancellation_signal cancel;
   FallbackOptions<int> o;
-  o.recovery_async = [&](Outcome<int>, Context&) -> asio::awaitable<int> {
+  o.recovery = [&](Outcome<int>, Context&) -> asio::awaitable<int> {
     co_await hour.async_wait(asio::use_awaitable);
     co_return 1;
   };
@@ -145,11 +144,11 @@ TEST(FallbackAsyncHooks, TheCallersCancellationReachesTheAsynchronousRecovery) {
 TEST(FallbackAsyncHooks, VoidCallsAwaitTheirRecovery) {
   std::vector<std::string> log;
   FallbackOptions<void> o;
-  o.on_fallback_async = [&log](FallbackEvent<void>) -> asio::awaitable<void> {
+  o.on_fallback = [&log](FallbackEvent<void>) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     log.emplace_back("hook");
   };
-  o.recovery_async = [&log](Outcome<void> failed, Context&) -> asio::awaitable<void> {
+  o.recovery = [&log](Outcome<void> failed, Context&) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     log.emplace_back(failed.has_exception() ? "recovered exception" : "recovered");
   };
@@ -169,7 +168,7 @@ TEST(FallbackAsyncHooks, AnAsynchronousHookWithoutARecoveryIsFollowedByTheFixedV
   std::vector<std::string> log;
   FallbackOptions<int> o;
   o.value = 9;
-  o.on_fallback_async = [&log](FallbackEvent<int> e) -> asio::awaitable<void> {
+  o.on_fallback = [&log](FallbackEvent<int> e) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     log.emplace_back(e.outcome.has_exception() ? "hook exception" : "hook");
   };
@@ -181,7 +180,7 @@ TEST(FallbackAsyncHooks, AnAsynchronousHookWithoutARecoveryIsFollowedByTheFixedV
 TEST(FallbackAsyncHooks, ASynchronousRecoveryRunsAfterTheAsynchronousHook) {
   std::vector<std::string> log;
   FallbackOptions<int> o;
-  o.on_fallback_async = [&log](FallbackEvent<int>) -> asio::awaitable<void> {
+  o.on_fallback = [&log](FallbackEvent<int>) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     log.emplace_back("hook");
   };
@@ -194,7 +193,7 @@ TEST(FallbackAsyncHooks, ASynchronousRecoveryRunsAfterTheAsynchronousHook) {
 
   std::vector<std::string> void_log;
   FallbackOptions<void> v;
-  v.on_fallback_async = [&void_log](FallbackEvent<void>) -> asio::awaitable<void> {
+  v.on_fallback = [&void_log](FallbackEvent<void>) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     void_log.emplace_back("hook");
   };
@@ -206,7 +205,7 @@ TEST(FallbackAsyncHooks, ASynchronousRecoveryRunsAfterTheAsynchronousHook) {
 }
 
 /// A value type without a default constructor: fallbacks of it must compile and work, with or
-/// without asynchronous hooks.
+/// without coroutine hooks.
 struct Money {
   explicit Money(int c) : cents(c) {}
   int cents;
@@ -215,7 +214,7 @@ struct Money {
 TEST(FallbackAsyncHooks, AValueTypeWithoutADefaultConstructorWorks) {
   EXPECT_EQ(Shield{}.fallback(Money{5}).execute([]() -> Money { throw Down(); }).cents, 5);
   FallbackOptions<Money> o;
-  o.recovery_async = [](Outcome<Money>, Context&) -> asio::awaitable<Money> {
+  o.recovery = [](Outcome<Money>, Context&) -> asio::awaitable<Money> {
     co_await asio::post(asio::use_awaitable);
     co_return Money{7};
   };
@@ -224,15 +223,19 @@ TEST(FallbackAsyncHooks, AValueTypeWithoutADefaultConstructorWorks) {
 }
 
 TEST(FallbackAsyncHooks, OptionsAreValidated) {
-  FallbackOptions<int> both;
-  both.recovery = [](const Outcome<int>&, Context&) { return 1; };
-  both.recovery_async = [](Outcome<int>, Context&) -> asio::awaitable<int> { co_return 1; };
-  EXPECT_THROW((void)Shield{}.fallback(both), std::invalid_argument);
-  FallbackOptions<int> async_only;
-  async_only.recovery_async = [](Outcome<int>, Context&) -> asio::awaitable<int> { co_return 1; };
-  EXPECT_NO_THROW((void)Shield{}.fallback(async_only));
-  async_only.value = 3;
-  EXPECT_THROW((void)Shield{}.fallback(async_only), std::invalid_argument);
+  // The plain and the coroutine recovery are one option now: a coroutine assigned after a
+  // function replaces it, so both cannot be set.
+  FallbackOptions<int> replaced;
+  replaced.recovery = [](const Outcome<int>&, Context&) { return 1; };
+  replaced.recovery = [](Outcome<int>, Context&) -> asio::awaitable<int> { co_return 1; };
+  EXPECT_TRUE(replaced.recovery.is_coroutine());
+  EXPECT_FALSE(replaced.recovery.is_function());
+  EXPECT_NO_THROW((void)Shield{}.fallback(replaced));
+  FallbackOptions<int> coroutine_only;
+  coroutine_only.recovery = [](Outcome<int>, Context&) -> asio::awaitable<int> { co_return 1; };
+  EXPECT_NO_THROW((void)Shield{}.fallback(coroutine_only));
+  coroutine_only.value = 3;
+  EXPECT_THROW((void)Shield{}.fallback(coroutine_only), std::invalid_argument);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The retry's asynchronous hooks (Kevlar's DelayGeneratorAsync and OnRetryAsync): their order with
-// the synchronous ones, the delay rules, failures that end the execution, the caller's
-// cancellation reaching what they await, and both execution shapes.
+// The retry's coroutine hooks (a coroutine delay_generator or on_retry: Kevlar's
+// DelayGeneratorAsync and OnRetryAsync): their order, the delay rules, failures that end the
+// execution, the caller's cancellation reaching what they await, and both execution shapes.
 #include <kevlar/retry.hpp>
 #include <kevlar/shield.hpp>
 #include <kevlar/timeout.hpp>
@@ -35,27 +35,23 @@ struct Down : std::runtime_error {
   Down() : std::runtime_error("down") {}
 };
 
-/// Options whose four hooks record their order and the delay they were given; the asynchronous
-/// generator returns `async_delay`.
-RetryOptions recorded(std::vector<std::string>& log, std::optional<Clock::duration> async_delay) {
+/// Options whose two hooks are coroutines that record their order and the delay they were given;
+/// the generator returns `generated`. (The plain and the coroutine form of each hook are one
+/// option now: a retry runs one generator and one on_retry.)
+RetryOptions recorded(std::vector<std::string>& log, std::optional<Clock::duration> generated) {
   RetryOptions r;
   r.max_retries = 1;
   r.backoff = Backoff::constant(1h);
-  r.delay_generator = [&log](const RetryEvent& e) -> std::optional<Clock::duration> {
-    log.push_back("gen:" + std::to_string(e.delay / 1ms));
-    return 5s;
-  };
-  r.delay_generator_async =
-      [&log, async_delay](RetryEvent e) -> asio::awaitable<std::optional<Clock::duration>> {
+  r.delay_generator = [&log,
+                       generated](RetryEvent e) -> asio::awaitable<std::optional<Clock::duration>> {
     co_await asio::post(asio::use_awaitable);  // really suspends
-    log.push_back("gen_async:" + std::to_string(e.delay / 1ms) + ":" +
+    log.push_back("gen:" + std::to_string(e.delay / 1ms) + ":" +
                   std::to_string(e.context.attempt()));
-    co_return async_delay;
+    co_return generated;
   };
-  r.on_retry = [&log](const RetryEvent& e) { log.push_back("on_retry:" + std::to_string(e.delay / 1ms)); };
-  r.on_retry_async = [&log](RetryEvent e) -> asio::awaitable<void> {
+  r.on_retry = [&log](RetryEvent e) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
-    log.push_back("on_retry_async:" + std::to_string(e.delay / 1ms) + ":" +
+    log.push_back("on_retry:" + std::to_string(e.delay / 1ms) + ":" +
                   (e.outcome.has_exception() ? "exception" : "error"));
   };
   return r;
@@ -83,8 +79,8 @@ void poll_until(asio::io_context& io, Done done, int rounds = 10) {
 
 TEST(RetryAsyncHooks, SynchronousExecutionsAwaitThemInKevlarsOrder) {
   std::vector<std::string> log;
-  // The asynchronous generator's 0 replaces the synchronous one's 5 s: no wait at all, so the
-  // synchronous call does not block on the clock.
+  // The generator's 0 replaces the backoff's 1 h: no wait at all, so the synchronous call does not
+  // block on the clock.
   const Shield shield = Shield{}.retry(recorded(log, 0ms)).with_clock(ManualClock::create());
   int calls = 0;
   EXPECT_EQ(shield.execute([&]() -> int {
@@ -93,8 +89,7 @@ TEST(RetryAsyncHooks, SynchronousExecutionsAwaitThemInKevlarsOrder) {
   }),
             7);
   EXPECT_EQ(calls, 2);
-  EXPECT_EQ(log, (std::vector<std::string>{"gen:3600000", "gen_async:5000:1", "on_retry:0",
-                                           "on_retry_async:0:exception"}));
+  EXPECT_EQ(log, (std::vector<std::string>{"gen:3600000:1", "on_retry:0:exception"}));
 }
 
 TEST(RetryAsyncHooks, AnEmptyOrNegativeAsyncResultKeepsTheDelayAndTheCapApplies) {
@@ -102,7 +97,7 @@ TEST(RetryAsyncHooks, AnEmptyOrNegativeAsyncResultKeepsTheDelayAndTheCapApplies)
   auto clock = ManualClock::create();
   asio::io_context io;
   RetryOptions r = recorded(log, std::nullopt);
-  r.max_delay = 4s;  // caps the synchronous generator's 5 s
+  r.max_delay = 4s;  // caps the backoff's 1 h
   std::optional<int> got;
   int calls = 0;
   Shield{}.retry(r).with_clock(clock).execute_async(
@@ -111,15 +106,39 @@ TEST(RetryAsyncHooks, AnEmptyOrNegativeAsyncResultKeepsTheDelayAndTheCapApplies)
         got = v;
       }));
   poll_until(io, [] { return false; });  // the hooks run; then the backoff waits on the clock
-  // The backoff's 1 h is capped to 4 s before the generators see it; the synchronous generator's
-  // 5 s is capped again; the asynchronous one's nullopt keeps it.
-  EXPECT_EQ(log, (std::vector<std::string>{"gen:4000", "gen_async:4000:1", "on_retry:4000",
-                                           "on_retry_async:4000:error"}));
+  // The backoff's 1 h is capped to 4 s before the generator sees it; its nullopt keeps it.
+  EXPECT_EQ(log, (std::vector<std::string>{"gen:4000:1", "on_retry:4000:error"}));
   EXPECT_EQ(clock->pending_deadlines().size(), 1u);  // the 4 s backoff, after the hooks
   EXPECT_EQ(clock->pending_deadlines()[0] - clock->now(), 4s);
   clock->advance(4s);
   poll_until(io, [&] { return got.has_value(); });
   EXPECT_EQ(got, 9);
+  EXPECT_EQ(calls, 2);
+}
+
+// A coroutine generator's result is capped by max_delay as a function's is: its 5 s becomes 4 s,
+// which on_retry sees and the backoff waits.
+TEST(RetryAsyncHooks, ACoroutineGeneratorsResultIsCapped) {
+  std::vector<std::string> log;
+  auto clock = ManualClock::create();
+  asio::io_context io;
+  RetryOptions r = recorded(log, 5s);
+  r.backoff = Backoff::constant(1s);
+  r.max_delay = 4s;
+  std::optional<int> got;
+  int calls = 0;
+  Shield{}.retry(r).with_clock(clock).execute_async(
+      failing_once(io, calls, 6), asio::bind_executor(io, [&](error_code ec, int v) {
+        EXPECT_FALSE(ec);
+        got = v;
+      }));
+  poll_until(io, [] { return false; });
+  EXPECT_EQ(log, (std::vector<std::string>{"gen:1000:1", "on_retry:4000:error"}));
+  ASSERT_EQ(clock->pending_deadlines().size(), 1u);
+  EXPECT_EQ(clock->pending_deadlines()[0] - clock->now(), 4s);
+  clock->advance(4s);
+  poll_until(io, [&] { return got.has_value(); });
+  EXPECT_EQ(got, 6);
   EXPECT_EQ(calls, 2);
 }
 
@@ -129,7 +148,7 @@ TEST(RetryAsyncHooks, ANegativeAsyncResultKeepsTheBackoffDelay) {
   RetryOptions r;
   r.max_retries = 1;
   r.backoff = Backoff::constant(2s);
-  r.delay_generator_async = [](RetryEvent) -> asio::awaitable<std::optional<Clock::duration>> {
+  r.delay_generator = [](RetryEvent) -> asio::awaitable<std::optional<Clock::duration>> {
     co_await asio::post(asio::use_awaitable);
     co_return -1s;
   };
@@ -157,7 +176,7 @@ TEST(RetryAsyncHooks, AFailingAsyncGeneratorSkipsTheRestAndIsTheOutcome) {
   r.max_retries = 3;
   r.backoff = Backoff::none();
   int notified = 0;
-  r.delay_generator_async = [](RetryEvent) -> asio::awaitable<std::optional<Clock::duration>> {
+  r.delay_generator = [](RetryEvent) -> asio::awaitable<std::optional<Clock::duration>> {
     co_await asio::post(asio::use_awaitable);
     throw std::domain_error("generator");
   };
@@ -173,12 +192,12 @@ TEST(RetryAsyncHooks, AFailingAsyncGeneratorSkipsTheRestAndIsTheOutcome) {
   EXPECT_EQ(notified, 0);
 }
 
-TEST(RetryAsyncHooks, AFailingOnRetryAsyncEndsTheExecutionAsynchronouslyToo) {
+TEST(RetryAsyncHooks, AFailingCoroutineOnRetryEndsTheExecutionAsynchronouslyToo) {
   asio::io_context io;
   RetryOptions r;
   r.max_retries = 3;
   r.backoff = Backoff::none();
-  r.on_retry_async = [](RetryEvent) -> asio::awaitable<void> {
+  r.on_retry = [](RetryEvent) -> asio::awaitable<void> {
     co_await asio::post(asio::use_awaitable);
     throw std::domain_error("hook");
   };
@@ -205,7 +224,7 @@ TEST(RetryAsyncHooks, TheCallersCancellationReachesWhatAHookAwaits) {
   r.max_retries = 3;
   r.backoff = Backoff::none();
   bool hook_returned = false;
-  r.on_retry_async = [&](RetryEvent) -> asio::awaitable<void> {
+  r.on_retry = [&](RetryEvent) -> asio::awaitable<void> {
     co_await hour.async_wait(asio::use_awaitable);
     hook_returned = true;
   };
@@ -239,7 +258,7 @@ TEST(RetryAsyncHooks, ATimeoutOutsideEndsAHooksWaitAsATimeout) {
   RetryOptions r;
   r.max_retries = 3;
   r.backoff = Backoff::none();
-  r.delay_generator_async = [&](RetryEvent) -> asio::awaitable<std::optional<Clock::duration>> {
+  r.delay_generator = [&](RetryEvent) -> asio::awaitable<std::optional<Clock::duration>> {
     co_await hour.async_wait(asio::use_awaitable);
     co_return std::nullopt;
   };

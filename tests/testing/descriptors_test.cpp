@@ -406,16 +406,16 @@ TEST(Descriptors, EveryOptionalPartIsPrinted) {
   EXPECT_EQ(to_string(describe_shield(Shield{}.fallback(7)).strategies.at(0)), "#0 Fallback{int}");
 }
 
-TEST(Descriptors, AnAsynchronousRejectionHookAloneCountsAsAHook) {
+TEST(Descriptors, ACoroutineRejectionHookCountsAsAHook) {
   kevlar::RateLimitOptions rl;
   rl.permits = 5;
   rl.window = 1s;
-  rl.on_rejected_async = [](kevlar::RateLimitRejectedEvent) -> boost::asio::awaitable<void> {
+  rl.on_rejected = [](kevlar::RateLimitRejectedEvent) -> boost::asio::awaitable<void> {
     co_return;
   };
   kevlar::ConcurrencyLimitOptions cl;
   cl.max_concurrency = 2;
-  cl.on_rejected_async = [](kevlar::ConcurrencyLimitRejectedEvent) -> boost::asio::awaitable<void> {
+  cl.on_rejected = [](kevlar::ConcurrencyLimitRejectedEvent) -> boost::asio::awaitable<void> {
     co_return;
   };
   const ShieldDescriptor d = describe_shield(Shield{}.rate_limit(rl).concurrency_limit(cl));

@@ -76,7 +76,6 @@ ConcurrencyLimitOptions limiter_options(const AdaptiveLimitOptions& o) {
   l.max_concurrency = o.initial_limit;
   l.max_queue = o.max_queue;
   l.on_rejected = o.on_rejected;
-  l.on_rejected_async = o.on_rejected_async;
   return l;
 }
 

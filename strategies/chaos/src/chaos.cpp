@@ -307,12 +307,7 @@ Step ChaosFaultStrategy::on_start(Layer& layer) {
 // ---- behavior ------------------------------------------------------------------------------------
 
 ChaosBehaviorStrategy::ChaosBehaviorStrategy(ChaosBehaviorOptions options)
-    : options_(std::move(options)), core_(options_.chaos, "kevlar::ChaosBehaviorOptions") {
-  if (options_.behavior && options_.behavior_async) {
-    throw std::invalid_argument(
-        "kevlar::ChaosBehaviorOptions: set at most one of behavior and behavior_async");
-  }
-}
+    : options_(std::move(options)), core_(options_.chaos, "kevlar::ChaosBehaviorOptions") {}
 
 std::string ChaosBehaviorStrategy::describe() const {
   return "ChaosBehavior(" + core_.describe_options() + ")";
@@ -320,21 +315,21 @@ std::string ChaosBehaviorStrategy::describe() const {
 
 StrategyTraits ChaosBehaviorStrategy::strategy_traits() const noexcept {
   StrategyTraits t;
-  t.needs_executor = core_.enabled() && static_cast<bool>(options_.behavior_async);
+  t.needs_executor = core_.enabled() && options_.behavior.is_coroutine();
   return t;
 }
 
 Step ChaosBehaviorStrategy::start(Layer& layer, Frame& f) {
-  if (!core_.enabled() || (!options_.behavior && !options_.behavior_async)) return Step::run_inner;
+  if (!core_.enabled() || !options_.behavior) return Step::run_inner;
   detail::ChaosCore::Decision d;
   if (!core_.decide(layer, d)) return Step::run_inner;
   core_.notify(ChaosKind::behavior, layer, d);
-  if (options_.behavior) {
-    options_.behavior(layer.context());
+  if (options_.behavior.is_function()) {
+    options_.behavior.function()(layer.context());
     return Step::run_inner;
   }
   (void)f;
-  return layer.await(options_.behavior_async(layer.context()));
+  return layer.await(options_.behavior.coroutine()(layer.context()));
 }
 
 Step ChaosBehaviorStrategy::wait_complete(Layer& layer, Frame& f,

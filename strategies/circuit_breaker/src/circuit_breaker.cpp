@@ -55,9 +55,8 @@ std::string CircuitBreaker::describe() const {
     s += std::to_string(*o.consecutive_failures) + " consecutive";
   }
   s += ", break ";
-  s += o.break_duration_generator || o.break_duration_generator_async
-           ? std::string("dynamic")
-           : detail::format_duration(o.break_duration);
+  s += o.break_duration_generator ? std::string("dynamic")
+                                  : detail::format_duration(o.break_duration);
   if (o.half_open_probes != 1 || o.success_threshold != 1) {
     s += ", probes " + std::to_string(o.half_open_probes) + ", close after " +
          std::to_string(o.success_threshold);
@@ -88,7 +87,8 @@ detail::TransitionSource CircuitBreaker::transition_source(const Layer& layer,
   if (layer.wants<BreakerTransition>()) s.origin = layer.event_origin();
   s.machine = &core_;
   // An asynchronous execution awaits the state-change hooks itself, if they come to it.
-  if (lane_claim != nullptr && !layer.synchronous() && core_.options().on_state_changed_async) {
+  if (lane_claim != nullptr && !layer.synchronous() &&
+      core_.options().on_state_changed.is_coroutine()) {
     s.lane_claim = lane_claim;
   }
   return s;
@@ -170,7 +170,7 @@ Step CircuitBreaker::record_tripping(Layer& layer, Frame& f, Clock::time_point n
   const CircuitBreakerCore::Failure details =
       failed ? CircuitBreakerCore::Failure{o.exception(), o.error(), &layer.context(), &o}
              : CircuitBreakerCore::Failure{nullptr, {}, &layer.context(), &o};
-  if (core_.options().break_duration_generator_async) {
+  if (core_.options().break_duration_generator.is_coroutine()) {
     return size_break(layer, f, now, details, failed, slow);
   }
   bool claimed = false;
@@ -194,7 +194,7 @@ namespace {
 boost::asio::awaitable<Clock::duration> sized_by(const CircuitBreakerOptions* options,
                                                  BreakEvent event, OutcomeRef outcome) {
   event.outcome = &outcome;
-  co_return co_await options->break_duration_generator_async(event);
+  co_return co_await options->break_duration_generator.coroutine()(event);
 }
 
 }  // namespace
@@ -250,7 +250,7 @@ namespace {
 /// gathers the lane's failures for the holder's outcome.
 boost::asio::awaitable<void> lane_hook(CircuitBreakerCore* core, CircuitStateChange change) {
   try {
-    co_await core->options().on_state_changed_async(std::move(change));
+    co_await core->options().on_state_changed.coroutine()(std::move(change));
   } catch (...) {
     core->lane_hook_failed(std::current_exception());
   }
@@ -302,10 +302,10 @@ Step CircuitBreaker::lane_done(Layer& layer, Frame& f, std::vector<std::exceptio
 Step CircuitBreaker::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
   if (f.pending == Frame::Pending::lane) {
     if (ec) {  // lane_hook lets no hook's exception out: the coroutine itself failed
-      core_.lane_hook_failed(layer.outcome().has_exception()
-                                 ? layer.outcome().exception()
-                                 : std::make_exception_ptr(boost::system::system_error(
-                                       ec, "on_state_changed_async")));
+      core_.lane_hook_failed(
+          layer.outcome().has_exception()
+              ? layer.outcome().exception()
+              : std::make_exception_ptr(boost::system::system_error(ec, "on_state_changed")));
     }
     return pump_lane(layer, f);
   }

@@ -48,11 +48,6 @@ void CircuitBreakerOptions::validate() const {
   if (!(slow_call_ratio > 0.0 && slow_call_ratio <= 1.0)) {
     throw std::invalid_argument("kevlar::CircuitBreakerOptions::slow_call_ratio must be in (0, 1]");
   }
-  if (break_duration_generator && break_duration_generator_async) {
-    throw std::invalid_argument(
-        "kevlar::CircuitBreakerOptions: configure either break_duration_generator or "
-        "break_duration_generator_async, not both");
-  }
 }
 
 // ---- construction ----------------------------------------------------------------------------
@@ -74,7 +69,8 @@ CircuitBreakerCore::CircuitBreakerCore(const CircuitBreakerOptions& options)
       fast_closed_(slow_mode_ ? static_cast<CircuitState>(0xFF) : CircuitState::closed),
       consecutive_limit_(options_.consecutive_failures.value_or(0)),
       window_(options_.sampling_window),
-      publisher_(this, options_.on_state_changed, options_.on_state_changed_async) {}
+      publisher_(this, options_.on_state_changed.function(),
+                 options_.on_state_changed.coroutine()) {}
 
 CircuitBreakerCore::~CircuitBreakerCore() = default;
 
@@ -251,7 +247,7 @@ bool CircuitBreakerCore::count_outcome(Clock::time_point now, const Admission& a
     last_exception_ = nullptr;
     last_error_ = {};
   }
-  if (!options_.break_duration_generator && !options_.break_duration_generator_async) {
+  if (!options_.break_duration_generator) {
     open_locked(now, options_.break_duration, ticket);
     return false;
   }
@@ -265,7 +261,7 @@ bool CircuitBreakerCore::count_outcome(Clock::time_point now, const Admission& a
 }
 
 Clock::duration CircuitBreakerCore::await_generator(const BreakEvent& event) const {
-  return detail::run_to_completion(options_.break_duration_generator_async(event));
+  return detail::run_to_completion(options_.break_duration_generator.coroutine()(event));
 }
 
 void CircuitBreakerCore::record_outcome(Clock::time_point now, const Admission& a,
@@ -275,8 +271,9 @@ void CircuitBreakerCore::record_outcome(Clock::time_point now, const Admission& 
   if (count_outcome(now, a, failure, failed, slow, opening, ticket)) {
     Clock::duration d{};
     try {
-      d = options_.break_duration_generator ? options_.break_duration_generator(opening.event)
-                                            : await_generator(opening.event);
+      d = options_.break_duration_generator.is_function()
+              ? options_.break_duration_generator.function()(opening.event)
+              : await_generator(opening.event);
     } catch (...) {
       cancel_opening(opening);
       throw;
@@ -303,11 +300,7 @@ void CircuitBreakerCore::open_reserved(const Opening& opening, Clock::time_point
     cancel_opening(opening);
     detail::throw_duration_out_of_range(
         d, CircuitBreakerOptions::max_duration, detail::DurationFloor::positive,
-        options_.break_duration_generator
-            ? "kevlar::CircuitBreakerOptions::break_duration_generator"
-            : "kevlar::CircuitBreakerOptions::"
-              "break_duration_generator_async",
-        detail::DurationRole::result);
+        "kevlar::CircuitBreakerOptions::break_duration_generator", detail::DurationRole::result);
   }
   std::uint64_t ticket = 0;
   {

@@ -170,9 +170,8 @@ Step ConcurrencyLimitStrategy::reject(Layer& layer, errc reason) {
                         std::nullopt});
     if (layer.wants<LimiterStateChanged>()) emit_state(layer);
   }
-  return detail::run_rejection_hooks(layer, event, options_.on_rejected, options_.on_rejected_async,
-                                     make_error_code(reason), std::nullopt,
-                                     [&f] { f.rejecting = true; });
+  return detail::run_rejection_hooks(layer, event, options_.on_rejected, make_error_code(reason),
+                                     std::nullopt, [&f] { f.rejecting = true; });
 }
 
 Step ConcurrencyLimitStrategy::inner_complete(Layer& layer, Frame& f) {

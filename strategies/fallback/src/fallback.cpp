@@ -15,11 +15,4 @@ void check_fallback_options(bool has_value, bool has_recovery) {
   }
 }
 
-void check_fallback_recoveries(bool has_recovery, bool has_recovery_async) {
-  if (has_recovery && has_recovery_async) {
-    throw std::invalid_argument(
-        "kevlar::FallbackOptions: set either recovery or recovery_async, not both");
-  }
-}
-
 }  // namespace kevlar::detail

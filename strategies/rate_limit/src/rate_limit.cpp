@@ -431,8 +431,8 @@ Step RateLimitStrategy::reject(Layer& layer, Frame& f, Clock::duration retry_aft
       options_.window,       ledger_.burst(),
       ledger_.queue_limit(), layer.strategy_index(),
       layer.context(),       reason};
-  return detail::run_rejection_hooks(layer, event, options_.on_rejected, options_.on_rejected_async,
-                                     make_error_code(reason), after, [&f] { f.rejecting = true; });
+  return detail::run_rejection_hooks(layer, event, options_.on_rejected, make_error_code(reason),
+                                     after, [&f] { f.rejecting = true; });
 }
 
 std::shared_ptr<RateLimitStrategy> rate_limit(int permits, Clock::duration window) {

@@ -104,16 +104,15 @@ Step RetryStrategy::retry_handled(Layer& layer, Frame& f) {
   // Decorrelated jitter draws from the backoff's own (capped) delay, before any generator, as
   // Kevlar does: a server's long Retry-After does not inflate the next draw.
   f.previous = delay;
-  if (options_.delay_generator) {
-    const std::optional<Clock::duration> generated =
-        options_.delay_generator(RetryEvent{attempt, delay, layer.outcome(), layer.context()});
-    if (generated && *generated >= Clock::duration::zero()) delay = cap(*generated);
-  }
   f.delay = delay;
-  if (options_.delay_generator_async) {
+  if (options_.delay_generator.is_function()) {
+    const std::optional<Clock::duration> generated = options_.delay_generator.function()(
+        RetryEvent{attempt, delay, layer.outcome(), layer.context()});
+    if (generated && *generated >= Clock::duration::zero()) f.delay = cap(*generated);
+  } else if (options_.delay_generator.is_coroutine()) {
     f.stage = Frame::Stage::delay_generator;
     Frame* frame = &f;
-    return layer.await(options_.delay_generator_async(
+    return layer.await(options_.delay_generator.coroutine()(
                            RetryEvent{attempt, delay, layer.outcome(), layer.context()}),
                        [this, frame](std::optional<Clock::duration> generated) {
                          if (generated && *generated >= Clock::duration::zero()) {
@@ -147,13 +146,12 @@ Step RetryStrategy::after_delay_generators(Layer& layer, Frame& f) {
   if (layer.wants<RetryScheduled>()) {
     layer.emit(RetryScheduled{attempt, f.delay, detail::failure_of_outcome(layer.outcome())});
   }
-  if (options_.on_retry) {
-    options_.on_retry(RetryEvent{attempt, f.delay, layer.outcome(), layer.context()});
-  }
-  if (options_.on_retry_async) {
+  if (options_.on_retry.is_function()) {
+    options_.on_retry.function()(RetryEvent{attempt, f.delay, layer.outcome(), layer.context()});
+  } else if (options_.on_retry.is_coroutine()) {
     f.stage = Frame::Stage::on_retry;
-    return layer.await(
-        options_.on_retry_async(RetryEvent{attempt, f.delay, layer.outcome(), layer.context()}));
+    return layer.await(options_.on_retry.coroutine()(
+        RetryEvent{attempt, f.delay, layer.outcome(), layer.context()}));
   }
   return after_retry_hooks(layer, f);
 }

@@ -138,17 +138,18 @@ Step TimeoutStrategy::inner_complete(Layer& layer, Frame& f) {
   if (!timed_out) return Step::complete;
   outcome.set_error(make_error_code(errc::timeout));
   layer.emit(TimeoutFired{budget});
-  if (options_.on_timeout) options_.on_timeout(TimeoutEvent{budget, layer.context()});
-  if (options_.on_timeout_async) {
-    return layer.await(options_.on_timeout_async(TimeoutEvent{budget, layer.context()}));
+  if (options_.on_timeout.is_function()) {
+    options_.on_timeout.function()(TimeoutEvent{budget, layer.context()});
+  } else if (options_.on_timeout.is_coroutine()) {
+    return layer.await(options_.on_timeout.coroutine()(TimeoutEvent{budget, layer.context()}));
   }
   return Step::complete;
 }
 
 Step TimeoutStrategy::wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec) {
   (void)f;
-  // Only on_timeout_async's end comes here. Its exception (ec) is the outcome, except that the
-  // caller's cancellation wins, as a cancellation.
+  // Only a coroutine on_timeout's end comes here. Its exception (ec) is the outcome, except that
+  // the caller's cancellation wins, as a cancellation.
   if (ec && layer.cancelled_from_outside() && layer.outcome().is_cancellation()) {
     layer.outcome().set_error(boost::asio::error::operation_aborted);
   }

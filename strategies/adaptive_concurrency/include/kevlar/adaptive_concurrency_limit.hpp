@@ -72,10 +72,8 @@ struct AdaptiveLimitOptions {
   /// out of order (LimitChange::new_limit of the last call is not always limit()). Exceptions it
   /// throws are swallowed.
   std::function<void(const LimitChanged&)> on_limit_changed;
-  /// As ConcurrencyLimitOptions::on_rejected.
-  std::function<void(const ConcurrencyLimitRejectedEvent&)> on_rejected;
-  /// As ConcurrencyLimitOptions::on_rejected_async.
-  std::function<boost::asio::awaitable<void>(ConcurrencyLimitRejectedEvent)> on_rejected_async;
+  /// As ConcurrencyLimitOptions::on_rejected: a function, or a coroutine the limit awaits.
+  Hook<void(const ConcurrencyLimitRejectedEvent&)> on_rejected;
 };
 
 namespace detail {

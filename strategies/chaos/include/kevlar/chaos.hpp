@@ -2,11 +2,12 @@
 // shield does in an outage before the outage comes.
 #pragma once
 
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/error.hpp>
+#include <kevlar/hook.hpp>
 #include <kevlar/observer.hpp>
-#include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -352,16 +353,15 @@ class ChaosOutcomeStrategy final : public Strategy {
 
 // ---- behavior ------------------------------------------------------------------------------------
 
-/// Options of ChaosBehaviorStrategy. Set at most one of `behavior` and `behavior_async`; with
-/// neither the strategy is a pass-through that decides nothing.
+/// Options of ChaosBehaviorStrategy. Without a `behavior` the strategy is a pass-through that
+/// decides nothing.
 struct ChaosBehaviorOptions {
   ChaosOptions chaos;
-  /// Runs on the deciding thread before the inner part (e.g. drops a cache, closes a pooled
-  /// connection, burns CPU).
-  std::function<void(Context&)> behavior;
-  /// Awaited before the inner part: spawned on the call's executor in an asynchronous execution,
-  /// run to completion on a private io_context in a synchronous one.
-  std::function<boost::asio::awaitable<void>(Context&)> behavior_async;
+  /// Runs before the inner part of an injected execution (e.g. drops a cache, closes a pooled
+  /// connection, burns CPU). A function runs on the deciding thread; a coroutine (Hook) is
+  /// awaited: spawned on the call's executor in an asynchronous execution, run to completion on a
+  /// private io_context in a synchronous one.
+  Hook<void(Context&)> behavior;
 };
 
 namespace detail {

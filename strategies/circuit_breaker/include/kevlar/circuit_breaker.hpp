@@ -29,8 +29,8 @@ struct BreakerFrame {
   enum class Pending : unsigned char {
     nothing,  ///< admitted while closed, or already recorded
     probe,    ///< a half-open probe slot, until its outcome is recorded
-    opening,  ///< a reserved opening, while break_duration_generator_async runs
-    lane,     ///< the hooks' lane (on_state_changed_async), while the execution awaits them
+    opening,  ///< a reserved opening, while a coroutine break_duration_generator runs
+    lane,     ///< the hooks' lane (a coroutine on_state_changed), while the execution awaits them
   };
   CircuitBreakerCore::Admission admission;
   Pending pending = Pending::nothing;
@@ -63,8 +63,8 @@ struct BreakerFrame {
 /// Rejections never run the inner part: errc::circuit_open with retry_after = the remaining break
 /// (open) or none (half-open with every probe slot taken); errc::isolated with none (isolated).
 ///
-/// The asynchronous state-change hook (CircuitBreakerOptions::on_state_changed_async) runs in a
-/// lane: each change is queued for it once the synchronous observers have seen it, and one caller
+/// The asynchronous state-change hook (a coroutine CircuitBreakerOptions::on_state_changed) runs in
+/// a lane: each change is queued for it once the synchronous observers have seen it, and one caller
 /// at a time holds the lane and awaits the queued hooks, in order, until none is left. The caller
 /// whose change finds the lane free takes it: an asynchronous execution awaits the hooks on its
 /// executor with its cancellation slot before it completes (a probe before it runs); a
@@ -139,7 +139,7 @@ class CircuitBreaker final : public BasicStrategy<CircuitBreaker, detail::Breake
   Step complete_timed(Layer& layer, Frame& f, bool handled);
   /// Records an outcome that may open the circuit (a failure, or a slow success).
   Step record_tripping(Layer& layer, Frame& f, Clock::time_point now, bool failed, bool slow);
-  /// record_tripping with break_duration_generator_async: reserves the opening and awaits the
+  /// record_tripping with a coroutine break_duration_generator: reserves the opening and awaits the
   /// generator.
   Step size_break(Layer& layer, Frame& f, Clock::time_point now,
                   const CircuitBreakerCore::Failure& details, bool failed, bool slow);

@@ -8,6 +8,7 @@
 #include <kevlar/context.hpp>
 #include <kevlar/detail/rolling_window.hpp>
 #include <kevlar/detail/state_change_publisher.hpp>
+#include <kevlar/hook.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -37,7 +38,7 @@ struct BreakEvent {
   const Context* context = nullptr;  ///< the failing execution's context (null without one)
   /// The handled outcome that trips the circuit, also when it is a result the clause judged a
   /// failure (read it with value_if<T>(): an HTTP response's Retry-After, for example). Valid
-  /// only during the break_duration_generator call (or until break_duration_generator_async's
+  /// only during the break_duration_generator call (or until a coroutine generator's
   /// awaitable completes); null when the failure was recorded without one
   /// (CircuitBreakerCore::record_failure called directly). `context` is valid as long.
   const OutcomeRef* outcome = nullptr;
@@ -78,32 +79,31 @@ struct CircuitBreakerOptions {
   double slow_call_ratio = 1.0;
   /// How long the circuit stays open before a probe is admitted (> 0, at most max_duration).
   Clock::duration break_duration = std::chrono::seconds(15);
-  /// Sizes each break instead of break_duration. Called once per trip, outside the breaker's lock,
-  /// by the execution whose failure trips the circuit; must return a positive duration (at most
+  /// Sizes each break instead of break_duration. Runs once per trip, outside the breaker's lock,
+  /// for the execution whose failure trips the circuit; must return a positive duration (at most
   /// max_duration). If it throws, the exception becomes that execution's outcome and the circuit
   /// stays as it was, able to trip on a later failure. A result made stale by a concurrent
   /// reset() or isolate() is discarded.
-  std::function<Clock::duration(const BreakEvent&)> break_duration_generator;
-  /// Sizes each break asynchronously (Kevlar's awaited BreakDurationGenerator), under the same
-  /// rules as break_duration_generator, which may not be set as well. The execution whose failure
-  /// trips the circuit awaits it: on its executor, with its cancellation slot (the caller's
-  /// cancellation, or a timeout outside the breaker, reaches what it awaits; the execution then
-  /// ends with `operation_aborted`, or the timeout's error); a synchronous execution runs it to
-  /// completion on a private io_context. Meanwhile the circuit keeps its state with the opening
-  /// pending, as during a synchronous generator: other failures are counted but start no second
-  /// generator, and a half-open circuit admits no probe. The break starts when the duration
-  /// arrives. If the execution is abandoned first (its executor destroyed), the opening is
-  /// cancelled as if the generator had thrown.
-  std::function<boost::asio::awaitable<Clock::duration>(BreakEvent)> break_duration_generator_async;
-  /// Called for every state change, in order, one at a time, outside the breaker's lock, on the
-  /// thread of the call that caused it (see CircuitBreaker for the delivery rules).
-  std::function<void(const CircuitStateChange&)> on_state_changed;
-  /// Awaited for every state change, after the synchronous observers have seen it (Kevlar's
-  /// OnStateChangedAsync): one change at a time, in order, never two at once. The execution that
-  /// caused the change awaits it before it completes, on its executor with its cancellation slot,
-  /// and receives its exception; a synchronous caller (Shield::execute, reset(), isolate())
-  /// runs it to completion on a private io_context. See CircuitBreaker for the lane's rules.
-  std::function<boost::asio::awaitable<void>(CircuitStateChange)> on_state_changed_async;
+  ///
+  /// A coroutine (Hook; Kevlar's awaited BreakDurationGenerator) is awaited by that execution: on
+  /// its executor, with its cancellation slot (the caller's cancellation, or a timeout outside
+  /// the breaker, reaches what it awaits; the execution then ends with `operation_aborted`, or
+  /// the timeout's error); a synchronous execution runs it to completion on a private
+  /// io_context. Meanwhile the circuit keeps its state with the opening pending, as during a
+  /// function: other failures are counted but start no second generator, and a half-open
+  /// circuit admits no probe. The break starts when the duration arrives. If the execution is
+  /// abandoned first (its executor destroyed), the opening is cancelled as if the generator had
+  /// thrown.
+  Hook<Clock::duration(const BreakEvent&)> break_duration_generator;
+  /// Runs for every state change, in order, one at a time. A function is called outside the
+  /// breaker's lock, on the thread of the call that caused the change, before the observers
+  /// added with subscribe() (see CircuitBreaker for the delivery rules). A coroutine (Kevlar's
+  /// OnStateChangedAsync) is awaited after the synchronous observers have seen the change, one
+  /// change at a time, in order, never two at once: the execution that caused the change awaits
+  /// it before it completes, on its executor with its cancellation slot, and receives its
+  /// exception; a synchronous caller (Shield::execute, reset(), isolate()) runs it to completion
+  /// on a private io_context. See CircuitBreaker for the lane's rules.
+  Hook<void(const CircuitStateChange&)> on_state_changed;
   /// The outcomes this breaker counts as failures, instead of the ambient clause (Shield::when) in
   /// force where it is added (Kevlar's HandlesException / HandlesResult). Unset: the ambient one.
   std::optional<Clause> handles;
@@ -140,7 +140,7 @@ struct CircuitBreakerOptions {
 ///
 /// The core keeps the decisions; two parts of it live in their own units: the ratio and slow-call
 /// counts in a detail::RollingWindow, and the delivery of state changes (observers, the shields'
-/// observers, the on_state_changed_async lane) in a detail::StateChangePublisher.
+/// observers, the lane of a coroutine on_state_changed) in a detail::StateChangePublisher.
 ///
 /// Thread-safety: every member may be called from any number of threads at once. When closed,
 /// admission and success recording take no lock and allocate nothing (one atomic increment in
@@ -178,7 +178,7 @@ class CircuitBreakerCore {
     const OutcomeRef* outcome = nullptr;  ///< the handled outcome, if any (BreakEvent::outcome)
   };
 
-  /// A trip whose break the caller sizes itself with break_duration_generator_async (see
+  /// A trip whose break the caller sizes itself with a coroutine break_duration_generator (see
   /// reserve_opening): the reservation and what the generator is told.
   struct Opening {
     std::uint64_t token = 0;                   ///< the reservation (stale once superseded)
@@ -272,9 +272,9 @@ class CircuitBreakerCore {
   void record_failure(Clock::time_point now, const Admission& a);
 
   /// record_failure (`failed`) or record_slow_success (not `failed`) for a caller that awaits
-  /// break_duration_generator_async itself (the CircuitBreaker strategy in an execution; requires
-  /// that option). Returns true and fills `opening` when the outcome trips the circuit: the
-  /// opening is then pending, and the caller must end it with exactly one of open_reserved()
+  /// a coroutine break_duration_generator itself (the CircuitBreaker strategy in an execution;
+  /// requires that option). Returns true and fills `opening` when the outcome trips the circuit:
+  /// the opening is then pending, and the caller must end it with exactly one of open_reserved()
   /// (the generator's duration) or cancel_opening() (it failed, or the call was abandoned).
   /// Returns false when nothing opens (state changes it made, such as none, are delivered).
   bool reserve_opening(Clock::time_point now, const Admission& a, const Failure& details,
@@ -305,7 +305,7 @@ class CircuitBreakerCore {
     publisher_.subscribe(std::move(observer));
   }
 
-  /// The lane of options().on_state_changed_async, for an asynchronous execution that claimed
+  /// The lane of a coroutine options().on_state_changed, for an asynchronous execution that claimed
   /// it (detail::TransitionSource::lane_claim). Pops the next change whose hook the holder
   /// awaits into `change` and returns true; when none is left, releases the lane, moves the
   /// failures gathered since it was claimed (observers' and hooks') into `failures` and returns
@@ -349,8 +349,8 @@ class CircuitBreakerCore {
   /// opening for a generator (returns true and fills `opening`).
   bool count_outcome(Clock::time_point now, const Admission& a, const Failure& failure, bool failed,
                      bool slow, Opening& opening, std::uint64_t& ticket);
-  /// Runs break_duration_generator_async to completion on a private io_context (record_failure
-  /// called directly).
+  /// Runs a coroutine break_duration_generator to completion on a private io_context
+  /// (record_failure called directly).
   [[nodiscard]] Clock::duration await_generator(const BreakEvent& event) const;
   void record_success_slow(Clock::time_point now, const Admission& a);
   void count_success_slow(Clock::time_point now);

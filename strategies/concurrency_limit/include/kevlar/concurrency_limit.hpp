@@ -5,6 +5,7 @@
 #include <kevlar/basic_shield.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/error.hpp>
+#include <kevlar/hook.hpp>
 #include <kevlar/limiter_ledger.hpp>
 #include <kevlar/observer.hpp>
 #include <kevlar/permit.hpp>
@@ -51,13 +52,11 @@ struct ConcurrencyLimitOptions {
   /// Calls allowed to wait for a permit (0 .. LimiterLedger::max_count); 0 rejects as soon as
   /// every permit is in use.
   int max_queue = 0;
-  /// Called for each rejection, first. An exception it throws replaces the rejection (and the
-  /// asynchronous hook is skipped).
-  std::function<void(const ConcurrencyLimitRejectedEvent&)> on_rejected;
-  /// Awaited after on_rejected: in an asynchronous execution it runs as a coroutine on the
-  /// execution's executor; a synchronous execution runs it to completion on a private
-  /// io_context. An exception it throws replaces the rejection.
-  std::function<boost::asio::awaitable<void>(ConcurrencyLimitRejectedEvent)> on_rejected_async;
+  /// Runs for each rejection, before the rejection becomes the outcome. A function is called at
+  /// once; a coroutine (Hook) is awaited: in an asynchronous execution it runs on the execution's
+  /// executor, a synchronous execution runs it to completion on a private io_context. An
+  /// exception either form throws replaces the rejection.
+  Hook<void(const ConcurrencyLimitRejectedEvent&)> on_rejected;
   /// The priority of a call that finds no permit free (called then, before it queues or is
   /// rejected): its result becomes the context's priority (Context::priority()). Empty (the
   /// default): the context's priority as the caller set it (CallOptions::priority, 0 if not).

@@ -1,13 +1,14 @@
 // kevlar — the fallback strategy: replace a handled failure (or bad result) with a value.
 #pragma once
 
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/clause.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/observer_layer.hpp>
 #include <kevlar/error.hpp>
-#include <kevlar/outcome.hpp>
+#include <kevlar/hook.hpp>
 #include <kevlar/observer.hpp>
-#include <kevlar/basic_shield.hpp>
+#include <kevlar/outcome.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <functional>
@@ -38,8 +39,8 @@ struct FallbackEvent {
   Context& context;
 };
 
-/// Options of a fallback for calls whose value type is `T`. Set exactly one of `value`,
-/// `recovery` and `recovery_async`. Copied into the strategy when the shield is built.
+/// Options of a fallback for calls whose value type is `T`. Set exactly one of `value` and
+/// `recovery`. Copied into the strategy when the shield is built.
 ///
 /// `T` is the call's value type as the clauses see it: the function's return type for
 /// Shield::execute, `T` for `awaitable<T>` factories, and for an Asio operation with signature
@@ -47,10 +48,10 @@ struct FallbackEvent {
 /// any other value type whose failure the clause handles fails with `errc::invalid_result_type`
 /// (kevlar::Error from execute()); its successes pass through.
 ///
-/// Order: on_fallback, on_fallback_async, then recovery_async, recovery or value (Kevlar's). The
-/// synchronous ones run inline on the completion path of the handled call. The asynchronous ones
-/// (Kevlar's OnFallbackAsync and asynchronous fallback action) are awaited: spawned on the
-/// execution's executor with its cancellation slot in an asynchronous execution (the caller's
+/// Order: on_fallback, then recovery or value (Kevlar's). Each hook (kevlar::Hook) holds a
+/// function or a coroutine. Functions run inline on the completion path of the handled call.
+/// Coroutines (Kevlar's OnFallbackAsync and asynchronous fallback action) are awaited: spawned on
+/// the execution's executor with its cancellation slot in an asynchronous execution (the caller's
 /// cancellation, or a timeout outside, aborts what they await, and the call then completes with
 /// `operation_aborted`), run to completion on a private io_context in a synchronous one. Unset,
 /// they cost nothing. A hook or
@@ -62,17 +63,13 @@ struct FallbackOptions {
   /// The replacement value.
   std::optional<T> value;
   /// Computes the replacement from the handled outcome and the execution's context (the context's
-  /// cancelled() tells whether the caller gave up; the recovery is still run).
-  std::function<T(const Outcome<T>&, Context&)> recovery;
-  /// Computes the replacement asynchronously (Kevlar's asynchronous fallback action), instead of
-  /// `value` or `recovery`: given the handled outcome and the context, awaited (see the class
-  /// comment for where it runs and how cancellation reaches it).
-  std::function<boost::asio::awaitable<T>(Outcome<T>, Context&)> recovery_async;
-  /// Told about each fallback before the recovery runs.
-  std::function<void(const FallbackEvent<T>&)> on_fallback;
-  /// Awaited after on_fallback, before the recovery (Kevlar's OnFallbackAsync). The event's
-  /// outcome and context stay valid while it runs.
-  std::function<boost::asio::awaitable<void>(FallbackEvent<T>)> on_fallback_async;
+  /// cancelled() tells whether the caller gave up; the recovery is still run). A coroutine
+  /// (Kevlar's asynchronous fallback action) is awaited (see the class comment for where it runs
+  /// and how cancellation reaches it).
+  Hook<T(const Outcome<T>&, Context&)> recovery;
+  /// Told about each fallback before the recovery runs (a coroutine, Kevlar's OnFallbackAsync:
+  /// awaited before the recovery; the event's outcome and context stay valid while it runs).
+  Hook<void(const FallbackEvent<T>&)> on_fallback;
   /// The outcomes this fallback replaces, instead of the ambient clause (Shield::when) where it is
   /// added (Kevlar's HandlesException / HandlesResult). A fallback with its own clause is never
   /// refused as unreachable: the chain cannot compare two clauses' predicates.
@@ -89,15 +86,11 @@ struct FallbackOptions {
 template <>
 struct FallbackOptions<void> {
   /// Run for each handled failure (the context's cancelled() tells whether the caller gave up; the
-  /// recovery is still run); if it returns, the call succeeds. Optional: without it the handled
-  /// failure simply becomes a success.
-  std::function<void(const Outcome<void>&, Context&)> recovery;
-  /// The same, awaited, instead of `recovery`.
-  std::function<boost::asio::awaitable<void>(Outcome<void>, Context&)> recovery_async;
-  /// Told about each fallback before the recovery runs.
-  std::function<void(const FallbackEvent<void>&)> on_fallback;
-  /// Awaited after on_fallback, before the recovery.
-  std::function<boost::asio::awaitable<void>(FallbackEvent<void>)> on_fallback_async;
+  /// recovery is still run); if it returns (a coroutine: once it ends), the call succeeds.
+  /// Optional: without it the handled failure simply becomes a success.
+  Hook<void(const Outcome<void>&, Context&)> recovery;
+  /// Told about each fallback before the recovery runs (a coroutine: awaited before it).
+  Hook<void(const FallbackEvent<void>&)> on_fallback;
   /// As FallbackOptions<T>::handles.
   std::optional<Clause> handles;
 };
@@ -106,8 +99,6 @@ namespace detail {
 
 /// Throws std::invalid_argument unless exactly one of `value` and `recovery` is set.
 void check_fallback_options(bool has_value, bool has_recovery);
-/// Throws std::invalid_argument if both `recovery` and `recovery_async` are set.
-void check_fallback_recoveries(bool has_recovery, bool has_recovery_async);
 
 /// The value outcome of `o` as an Outcome<T> (T not void).
 template <class T>
@@ -165,12 +156,9 @@ class FallbackStrategy final : public BasicStrategy<FallbackStrategy<T>, detail:
   /// Validates `options` (exactly one of value and recovery; for void, both are optional):
   /// std::invalid_argument otherwise.
   explicit FallbackStrategy(FallbackOptions<T> options) : options_(std::move(options)) {
-    detail::check_fallback_recoveries(static_cast<bool>(options_.recovery),
-                                      static_cast<bool>(options_.recovery_async));
     if constexpr (!std::is_void_v<T>) {
-      detail::check_fallback_options(
-          options_.value.has_value(),
-          static_cast<bool>(options_.recovery) || static_cast<bool>(options_.recovery_async));
+      detail::check_fallback_options(options_.value.has_value(),
+                                     static_cast<bool>(options_.recovery));
     }
     if (options_.handles) own_clause_ = std::make_shared<const Clause>(*options_.handles);
   }
@@ -195,9 +183,9 @@ class FallbackStrategy final : public BasicStrategy<FallbackStrategy<T>, detail:
     if (!layer.handled()) return Step::complete;  // the hot path: nothing to replace
     return replace(layer);
   }
-  /// The awaited part (on_fallback_async, the recovery) ended: its failure (`ec`: its exception
-  /// is the outcome; the caller's cancellation is reported as one), or success (a value was set
-  /// as it arrived).
+  /// The awaited part (a coroutine on_fallback, the recovery) ended: its failure (`ec`: its
+  /// exception is the outcome; the caller's cancellation is reported as one), or success (a value
+  /// was set as it arrived).
   Step wait_complete(Layer& layer, Frame&, const boost::system::error_code& ec) {
     if (ec) {
       detail::report_cancelled_hook(layer);
@@ -217,11 +205,14 @@ class FallbackStrategy final : public BasicStrategy<FallbackStrategy<T>, detail:
     }
     if (layer.wants<FallbackTaken>()) layer.emit(FallbackTaken{detail::failure_of_outcome(out)});
     if (asynchronous()) return replace_async(layer, out);
+    // Neither hook is a coroutine from here on: each is a function or empty.
     if constexpr (std::is_void_v<T>) {
       if (options_.on_fallback || options_.recovery) {
         const Outcome<void> handled = detail::outcome_of<void>(out);
-        if (options_.on_fallback) options_.on_fallback(FallbackEvent<void>{handled, layer.context()});
-        if (options_.recovery) options_.recovery(handled, layer.context());
+        if (options_.on_fallback) {
+          options_.on_fallback.function()(FallbackEvent<void>{handled, layer.context()});
+        }
+        if (options_.recovery) options_.recovery.function()(handled, layer.context());
       }
       out.set_success();
       return Step::complete;
@@ -236,9 +227,11 @@ class FallbackStrategy final : public BasicStrategy<FallbackStrategy<T>, detail:
       return Step::complete;
     }
     const Outcome<T> handled = detail::outcome_of<T>(out);
-    if (options_.on_fallback) options_.on_fallback(FallbackEvent<T>{handled, layer.context()});
+    if (options_.on_fallback) {
+      options_.on_fallback.function()(FallbackEvent<T>{handled, layer.context()});
+    }
     if (options_.recovery) {
-      const T v = options_.recovery(handled, layer.context());
+      const T v = options_.recovery.function()(handled, layer.context());
       out.set_value(v);
     } else {
       out.set_value(*options_.value);
@@ -247,15 +240,16 @@ class FallbackStrategy final : public BasicStrategy<FallbackStrategy<T>, detail:
   }
 
   [[nodiscard]] bool asynchronous() const noexcept {
-    return static_cast<bool>(options_.on_fallback_async) ||
-           static_cast<bool>(options_.recovery_async);
+    return options_.on_fallback.is_coroutine() || options_.recovery.is_coroutine();
   }
 
-  /// on_fallback, then the awaited part (on_fallback_async, the recovery) in one coroutine that
-  /// owns the handled outcome its event refers to.
+  /// A function on_fallback, then the awaited part (a coroutine on_fallback, the recovery) in one
+  /// coroutine that owns the handled outcome its event refers to.
   Step replace_async(Layer& layer, OutcomeRef out) {
     Outcome<T> handled = detail::outcome_of<T>(out);
-    if (options_.on_fallback) options_.on_fallback(FallbackEvent<T>{handled, layer.context()});
+    if (options_.on_fallback.is_function()) {
+      options_.on_fallback.function()(FallbackEvent<T>{handled, layer.context()});
+    }
     return layer.await(recover(options_, std::move(handled), layer.context(), out));
   }
 
@@ -263,18 +257,20 @@ class FallbackStrategy final : public BasicStrategy<FallbackStrategy<T>, detail:
   /// default-constructible T to report a failure of an awaitable<T>).
   static boost::asio::awaitable<void> recover(const FallbackOptions<T>& o, Outcome<T> handled,
                                               Context& context, OutcomeRef out) {
-    if (o.on_fallback_async) co_await o.on_fallback_async(FallbackEvent<T>{handled, context});
+    if (o.on_fallback.is_coroutine()) {
+      co_await o.on_fallback.coroutine()(FallbackEvent<T>{handled, context});
+    }
     if constexpr (std::is_void_v<T>) {
-      if (o.recovery_async) {
-        co_await o.recovery_async(std::move(handled), context);
+      if (o.recovery.is_coroutine()) {
+        co_await o.recovery.coroutine()(std::move(handled), context);
       } else if (o.recovery) {
-        o.recovery(handled, context);
+        o.recovery.function()(handled, context);
       }
-    } else if (o.recovery_async) {
-      const T v = co_await o.recovery_async(std::move(handled), context);
+    } else if (o.recovery.is_coroutine()) {
+      const T v = co_await o.recovery.coroutine()(std::move(handled), context);
       out.set_value(v);
     } else if (o.recovery) {
-      out.set_value(o.recovery(handled, context));
+      out.set_value(o.recovery.function()(handled, context));
     } else {
       out.set_value(*o.value);
     }

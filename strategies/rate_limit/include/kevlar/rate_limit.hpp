@@ -2,14 +2,15 @@
 // queueing is allowed.
 #pragma once
 
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/clock.hpp>
-#include <kevlar/limiter_ledger.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/error.hpp>
-#include <kevlar/basic_shield.hpp>
-#include <kevlar/strategy.hpp>
+#include <kevlar/hook.hpp>
+#include <kevlar/limiter_ledger.hpp>
 #include <kevlar/queue_timeout.hpp>
 #include <kevlar/queue_wait.hpp>
+#include <kevlar/strategy.hpp>
 #include <kevlar/unpaired_semaphore.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -252,13 +253,11 @@ struct RateLimitOptions {
   /// Calls that may wait for a reserved future permit (0 .. RateLimitLedger::max_count); 0 rejects
   /// as soon as no permit is available.
   int queue_limit = 0;
-  /// Called for each rejection, first. An exception it throws replaces the rejection (and the
-  /// asynchronous hook is skipped).
-  std::function<void(const RateLimitRejectedEvent&)> on_rejected;
-  /// Awaited after on_rejected: in an asynchronous execution it runs as a coroutine on the
-  /// execution's executor; a synchronous execution runs it to completion on a private io_context.
-  /// An exception it throws replaces the rejection.
-  std::function<boost::asio::awaitable<void>(RateLimitRejectedEvent)> on_rejected_async;
+  /// Runs for each rejection, before the rejection becomes the outcome. A function is called at
+  /// once; a coroutine (Hook) is awaited: in an asynchronous execution it runs on the execution's
+  /// executor, a synchronous execution runs it to completion on a private io_context. An
+  /// exception either form throws replaces the rejection.
+  Hook<void(const RateLimitRejectedEvent&)> on_rejected;
   /// Reads the outcome of each call the limiter admitted, when it completes (on that call's
   /// thread); a returned duration holds the limiter for that long (RateLimitLedger::hold_for):
   /// no call through it, from any shield sharing it, is admitted before then, and rejections say
@@ -358,9 +357,9 @@ struct RateLimitFrame {
 /// Without a queue, admission is one CAS on one atomic word (no lock, no allocation, no executor
 /// hop) and a call beyond the rate fails at once with `errc::rate_limited` and an exact
 /// retry-after (`Outcome::retry_after()`, `Error::retry_after()`, the Rejected event and the
-/// hooks' event): the first moment a call would be admitted. Rejection hooks run in order: the
-/// Rejected event (the rejections metric), on_rejected, on_rejected_async awaited; either hook's
-/// exception replaces the rejection, and a throwing on_rejected skips the asynchronous one.
+/// hooks' event): the first moment a call would be admitted. On a rejection: the Rejected event
+/// (the rejections metric), then on_rejected (a coroutine is awaited); its exception replaces
+/// the rejection.
 ///
 /// With a queue, a call that finds no permit reserves one and waits until it is the first
 /// queued call and its reservation is due, on the execution's executor through the shield clock's

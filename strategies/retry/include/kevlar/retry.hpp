@@ -2,13 +2,14 @@
 #pragma once
 
 #include <kevlar/backoff.hpp>
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/clause.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
+#include <kevlar/hook.hpp>
+#include <kevlar/observer.hpp>
 #include <kevlar/outcome.hpp>
 #include <kevlar/retry_budget.hpp>
-#include <kevlar/observer.hpp>
-#include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <boost/system/error_code.hpp>
@@ -54,17 +55,17 @@ struct RetryEvent {
 /// Options of the retry strategy, with Kevlar's defaults. Copied into the strategy when the shield
 /// is built: changing an options object afterwards changes nothing.
 ///
-/// Synchronous hooks are `std::function`s run inline on the execution's completion path (the
-/// thread or executor that completed the failed call), one execution at a time but concurrently
-/// across executions: they must be thread-safe and quick. The asynchronous ones (Kevlar's
-/// DelayGeneratorAsync / OnRetryAsync) are coroutines the retry awaits, in Kevlar's order:
-/// delay_generator, delay_generator_async, on_retry, on_retry_async, then the wait. In an
-/// asynchronous execution they are spawned on the execution's executor with its cancellation slot
-/// (the caller's cancellation, or a timeout outside, aborts what they await); in a synchronous one
-/// they run to completion on a private io_context. Unset, they cost nothing.
+/// Hooks (kevlar::Hook) hold a function or a coroutine. A function runs inline on the execution's
+/// completion path (the thread or executor that completed the failed call), one execution at a
+/// time but concurrently across executions: it must be thread-safe and quick. A coroutine
+/// (Kevlar's DelayGeneratorAsync / OnRetryAsync) is awaited by the retry, in Kevlar's order:
+/// delay_generator, on_retry, then the wait. In an asynchronous execution it is spawned on the
+/// execution's executor with its cancellation slot (the caller's cancellation, or a timeout
+/// outside, aborts what it awaits); in a synchronous one it runs to completion on a private
+/// io_context. Unset, they cost nothing.
 ///
 /// A hook or generator that throws ends the execution with that exception (the same object): no
-/// later hook runs and no further call is made. An asynchronous hook ended by the caller's
+/// later hook runs and no further call is made. A coroutine hook ended by the caller's
 /// cancellation ends the execution with `operation_aborted`.
 struct RetryOptions {
   /// Retries after the first call (at most max_retries + 1 calls); 0 never retries;
@@ -74,19 +75,14 @@ struct RetryOptions {
   Backoff backoff{};
   /// An absolute cap on every delay, including the delay generator's. In [0, max_delay_limit].
   std::optional<Clock::duration> max_delay;
-  /// Overrides the delay: called with the backoff's (capped) delay; a returned value >= 0 replaces
-  /// it (then capped by max_delay); std::nullopt or a negative value keeps it. Typical use:
-  /// honouring a server's "retry after" (e.g. kevlar::Error::retry_after()).
-  std::function<std::optional<Clock::duration>(const RetryEvent&)> delay_generator;
-  /// Awaited after delay_generator, with the delay so far (RetryEvent::delay): a returned value
-  /// >= 0 replaces it (then capped by max_delay); std::nullopt or a negative value keeps it. The
-  /// event's outcome and context stay valid while it runs.
-  std::function<boost::asio::awaitable<std::optional<Clock::duration>>(RetryEvent)>
-      delay_generator_async;
-  /// Told about each retry, with the final delay, before the wait starts.
-  std::function<void(const RetryEvent&)> on_retry;
-  /// Awaited after on_retry, with the final delay, before the wait starts.
-  std::function<boost::asio::awaitable<void>(RetryEvent)> on_retry_async;
+  /// Overrides the delay: runs with the backoff's (capped) delay (RetryEvent::delay); a returned
+  /// value >= 0 replaces it (then capped by max_delay); std::nullopt or a negative value keeps it.
+  /// Typical use: honouring a server's "retry after" (e.g. kevlar::Error::retry_after()). A
+  /// coroutine may await; the event's outcome and context stay valid while it runs.
+  Hook<std::optional<Clock::duration>(const RetryEvent&)> delay_generator;
+  /// Told about each retry, with the final delay, before the wait starts (a coroutine: awaited
+  /// before the wait starts).
+  Hook<void(const RetryEvent&)> on_retry;
   /// The outcomes this retry handles, instead of the ambient clause (Shield::when) in force where
   /// it is added (Kevlar's HandlesException / HandlesResult). Unset: the ambient clause.
   std::optional<Clause> handles;
@@ -124,12 +120,11 @@ struct RetryFrame {
 /// Per failed call: it stops — the outcome surfaces unchanged, so exhausted retries surface the
 /// last failure — when the retries are used up, the clause does not handle the outcome, or the
 /// caller has cancelled (the original failure is returned, not a cancellation). Otherwise: delay =
-/// backoff.delay(n, previous), capped by max_delay; delay_generator, then delay_generator_async,
-/// each result capped again. It stops there too, with the last failure, if the wait would end at
-/// or past the execution's deadline (Context::deadline: an outer timeout's), or if
-/// the budget (RetryOptions::budget) refuses the retry (RetryBudgetExhausted). Then:
-/// RetryScheduled; on_retry, then on_retry_async; if the caller cancelled during the
-/// hooks the execution ends with `operation_aborted`; wait `delay` (a
+/// backoff.delay(n, previous), capped by max_delay; delay_generator, its result capped again. It
+/// stops there too, with the last failure, if the wait would end at or past the execution's
+/// deadline (Context::deadline: an outer timeout's), or if the budget (RetryOptions::budget)
+/// refuses the retry (RetryBudgetExhausted). Then: RetryScheduled; on_retry; if the caller
+/// cancelled during the hooks the execution ends with `operation_aborted`; wait `delay` (a
 /// cancellation during the wait ends it with `operation_aborted`); call again. Caller
 /// cancellation means the caller's stop token or cancellation slot, or a strategy outside this
 /// one (a timeout's budget).

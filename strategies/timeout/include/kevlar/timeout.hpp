@@ -1,11 +1,12 @@
 // kevlar — the Timeout strategy.
 #pragma once
 
+#include <kevlar/basic_shield.hpp>
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/deadline_queue.hpp>
+#include <kevlar/hook.hpp>
 #include <kevlar/observer.hpp>
-#include <kevlar/basic_shield.hpp>
 #include <kevlar/strategy.hpp>
 
 #include <boost/asio/execution_context.hpp>
@@ -40,15 +41,14 @@ struct TimeoutOptions {
   /// `timeout`; an invalid result (<= 0 or > max_timeout) fails that execution with
   /// std::invalid_argument.
   std::function<Clock::duration(Context&)> timeout_generator;
-  /// Called when this timeout expires, before the call completes with `errc::timeout`. An
-  /// exception it throws becomes the outcome instead.
-  std::function<void(const TimeoutEvent&)> on_timeout;
-  /// Awaited after on_timeout (Kevlar's OnTimeoutAsync): spawned on the execution's executor with
-  /// its cancellation slot in an asynchronous execution, run to completion on a private
-  /// io_context in a synchronous one. An exception it throws becomes the outcome instead; if the
-  /// caller's cancellation ends it, the call completes with `operation_aborted`. While it runs,
-  /// the context still reports cancelled() (the timeout cancelled the inner part).
-  std::function<boost::asio::awaitable<void>(TimeoutEvent)> on_timeout_async;
+  /// Runs when this timeout expires, before the call completes with `errc::timeout` (Kevlar's
+  /// OnTimeout). A function is called at once; a coroutine (Hook) is awaited: spawned on the
+  /// execution's executor with its cancellation slot in an asynchronous execution, run to
+  /// completion on a private io_context in a synchronous one. An exception either form throws
+  /// becomes the outcome instead; if the caller's cancellation ends the coroutine, the call
+  /// completes with `operation_aborted`. While it runs, the context still reports cancelled()
+  /// (the timeout cancelled the inner part).
+  Hook<void(const TimeoutEvent&)> on_timeout;
 
   /// The longest supported budget (Kevlar's: 2^32 - 2 ms, about 49.7 days).
   static constexpr Clock::duration max_timeout = kevlar::max_duration;
@@ -134,7 +134,7 @@ class TimeoutStrategy final : public BasicStrategy<TimeoutStrategy, detail::Time
   Step start(Layer& layer, Frame& f);
   /// Disarms, then reports a cancellation this timeout caused as `errc::timeout`.
   Step inner_complete(Layer& layer, Frame& f);
-  /// on_timeout_async ended: its exception, or `errc::timeout`.
+  /// A coroutine on_timeout ended: its exception, or `errc::timeout`.
   Step wait_complete(Layer& layer, Frame& f, const boost::system::error_code& ec);
   /// Disarms and restores the previous deadline (also when abandoned).
   void finish(Layer& layer, Frame& f) noexcept;

@@ -71,8 +71,8 @@ struct RetryDescriptor {
   int max_retries = 0;    ///< kevlar::retry_forever for a retry without limit
   BackoffDescriptor backoff;
   std::optional<Clock::duration> max_delay;  ///< RetryOptions::max_delay, the absolute cap
-  bool has_delay_generator = false;
-  bool has_on_retry = false;
+  bool has_delay_generator = false;          ///< delay_generator is set (a function or a coroutine)
+  bool has_on_retry = false;                 ///< on_retry is set (a function or a coroutine)
 
   friend bool operator==(const RetryDescriptor&, const RetryDescriptor&) = default;
 };
@@ -83,7 +83,7 @@ struct TimeoutDescriptor {
   std::size_t index = 0;
   Clock::duration timeout{};  ///< the fixed budget (used when there is no generator)
   bool has_timeout_generator = false;
-  bool has_on_timeout = false;
+  bool has_on_timeout = false;  ///< on_timeout is set (a function or a coroutine)
 
   friend bool operator==(const TimeoutDescriptor&, const TimeoutDescriptor&) = default;
 };
@@ -113,9 +113,9 @@ struct CircuitBreakerDescriptor {
   Clock::duration break_duration{};  ///< the fixed break (used when there is no generator)
   int half_open_probes = 1;
   int success_threshold = 1;
-  /// break_duration_generator or break_duration_generator_async is set.
+  /// CircuitBreakerOptions::break_duration_generator is set (a function or a coroutine).
   bool has_break_duration_generator = false;
-  /// CircuitBreakerOptions::on_state_changed or on_state_changed_async is set (subscribers added
+  /// CircuitBreakerOptions::on_state_changed is set (a function or a coroutine; subscribers added
   /// later are not options).
   bool has_on_state_changed = false;
 
@@ -131,7 +131,7 @@ struct RateLimitDescriptor {
   Clock::duration window{};
   int burst = 0;  ///< the effective burst (RateLimitOptions::burst, or `permits` when unset)
   int queue_limit = 0;
-  bool has_on_rejected = false;  ///< the synchronous or the asynchronous rejection hook is set
+  bool has_on_rejected = false;  ///< on_rejected is set (a function or a coroutine)
   bool has_hold_from_outcome = false;
 
   friend bool operator==(const RateLimitDescriptor&, const RateLimitDescriptor&) = default;
@@ -143,7 +143,7 @@ struct ConcurrencyLimitDescriptor {
   std::size_t index = 0;
   int max_concurrency = 0;
   int max_queue = 0;
-  bool has_on_rejected = false;  ///< the synchronous or the asynchronous rejection hook is set
+  bool has_on_rejected = false;  ///< on_rejected is set (a function or a coroutine)
 
   friend bool operator==(const ConcurrencyLimitDescriptor&,
                          const ConcurrencyLimitDescriptor&) = default;
@@ -168,8 +168,8 @@ struct FallbackDescriptor {
   static constexpr StrategyKind kind = StrategyKind::fallback;
   std::size_t index = 0;
   std::string result_type;           ///< the value type T, as the compiler spells it (`int`)
-  std::optional<bool> has_recovery;  ///< a recovery function instead of a fixed value
-  std::optional<bool> has_on_fallback;
+  std::optional<bool> has_recovery;  ///< a recovery (function or coroutine) instead of a value
+  std::optional<bool> has_on_fallback;  ///< on_fallback is set (a function or a coroutine)
 
   friend bool operator==(const FallbackDescriptor&, const FallbackDescriptor&) = default;
 };

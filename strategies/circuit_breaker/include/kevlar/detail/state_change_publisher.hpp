@@ -78,7 +78,7 @@ class StateChangePublisher {
  public:
   /// An observer of state changes.
   using Observer = std::function<void(const CircuitStateChange&)>;
-  /// The asynchronous state-change hook (CircuitBreakerOptions::on_state_changed_async).
+  /// The asynchronous state-change hook (a coroutine CircuitBreakerOptions::on_state_changed).
   using AsyncHook = std::function<boost::asio::awaitable<void>(CircuitStateChange)>;
 
   /// A publisher for the state machine `machine` (compared with tl_transition_source.machine),
