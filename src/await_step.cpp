@@ -27,15 +27,17 @@ namespace kevlar {
 namespace detail {
 namespace {
 
-using Hook = boost::asio::awaitable<void>;
-static_assert(sizeof(Hook) <= sizeof(void*) && alignof(Hook) <= alignof(void*),
+/// The coroutine a Layer::await step holds until the shell starts it.
+using PendingCoroutine = boost::asio::awaitable<void>;
+static_assert(sizeof(PendingCoroutine) <= sizeof(void*) &&
+                  alignof(PendingCoroutine) <= alignof(void*),
               "CallBase::hook_room holds one awaitable");
 
 /// Moves the pending coroutine out of the execution's room, leaving the room empty.
-Hook take_hook(CallBase& call) noexcept {
-  Hook* room = std::launder(static_cast<Hook*>(call.hook_room()));
-  Hook hook(std::move(*room));
-  room->~Hook();
+PendingCoroutine take_hook(CallBase& call) noexcept {
+  PendingCoroutine* room = std::launder(static_cast<PendingCoroutine*>(call.hook_room()));
+  PendingCoroutine hook(std::move(*room));
+  room->~PendingCoroutine();
   call.hook_step() = Step::suspend;
   return hook;
 }
@@ -45,7 +47,7 @@ Hook take_hook(CallBase& call) noexcept {
 /// its next co_await), then turns that net off before returning: co_spawn's own last step must
 /// not throw the cancellation out of the executor's run(). The hook's exception becomes the
 /// outcome; the result tells whether it threw.
-boost::asio::awaitable<bool> guarded(Hook hook, OutcomeRef outcome) {
+boost::asio::awaitable<bool> guarded(PendingCoroutine hook, OutcomeRef outcome) {
   co_await boost::asio::this_coro::reset_cancellation_state(
       boost::asio::enable_total_cancellation());
   std::exception_ptr failure;
@@ -171,7 +173,7 @@ class HookDone {
 };
 
 bool start_hook(StepTarget& /*target*/, CallBase& call, boost::system::error_code& decided) {
-  Hook body = take_hook(call);
+  PendingCoroutine body = take_hook(call);
   Claim claim;
   try {
     claim = std::make_shared<HookClaim>(call);
@@ -229,7 +231,7 @@ Step Layer::await(boost::asio::awaitable<void> hook) const noexcept {
   Step& noted = call_->hook_step();
   const Step step = detail::StepAccess::point_at(detail::hook_target);
   if (noted == step) (void)detail::take_hook(*call_);  // a second await in one callback: the last
-  ::new (call_->hook_room()) detail::Hook(std::move(hook));
+  ::new (call_->hook_room()) detail::PendingCoroutine(std::move(hook));
   noted = step;
   return step;
 }

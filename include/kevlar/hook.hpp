@@ -26,6 +26,20 @@ inline constexpr bool is_awaitable_v = false;
 template <class T, class Executor>
 inline constexpr bool is_awaitable_v<boost::asio::awaitable<T, Executor>> = true;
 
+/// What calling an F with arguments A... returns, without references and qualifiers.
+template <class F, class... A>
+using HookResult = std::remove_cvref_t<std::invoke_result_t<F&, A...>>;
+
+/// True if an F can be called with arguments A... and returns an Asio awaitable.
+template <class F, class... A>
+constexpr bool returns_awaitable() {
+  if constexpr (std::is_invocable_v<F&, A...>) {
+    return is_awaitable_v<HookResult<F, A...>>;
+  } else {
+    return false;
+  }
+}
+
 }  // namespace detail
 
 template <class Signature>
@@ -49,9 +63,11 @@ class Hook;
 /// ```
 ///
 /// What a strategy does with each form (its order among the strategy's other work, what an
-/// exception does) is the same for both and documented with the option. An empty std::function or
-/// `nullptr` leaves the hook empty. Copyable; a Hook is immutable once the options are given to a
-/// strategy, so concurrent calls are as safe as the callable they hold.
+/// exception does) is the same for both and documented with the option. A callable that returns an
+/// awaitable but takes a `const X&` argument by reference, or returns an awaitable of another
+/// type, and a move-only callable, do not compile (a static_assert says why). An empty
+/// std::function or `nullptr` leaves the hook empty. Copyable; a Hook is immutable once the options
+/// are given to a strategy, so concurrent calls are as safe as the callable they hold.
 template <class R, class... Args>
 class Hook<R(Args...)> {
  public:
@@ -61,37 +77,42 @@ class Hook<R(Args...)> {
   using Coroutine =
       std::function<boost::asio::awaitable<R>(detail::HookCoroutineArgument<Args>...)>;
 
-  /// True if calling an F with the coroutine form's arguments returns an awaitable: F is then
-  /// held as a coroutine factory (and must return exactly `boost::asio::awaitable<R>`).
+  /// True if calling an F with either form's arguments returns an Asio awaitable: F is then held
+  /// as a coroutine factory, and must take the coroutine form's arguments and return exactly
+  /// `boost::asio::awaitable<R>` (the constructor says so if it does not). Asking with both forms'
+  /// arguments catches a coroutine that takes a `const X&` only (`[](auto& e) -> awaitable<void>`),
+  /// which a `void` hook would otherwise hold as a function whose awaitable is dropped unrun.
   template <class F>
-  static constexpr bool returns_coroutine = [] {
-    if constexpr (std::is_invocable_v<F&, detail::HookCoroutineArgument<Args>...>) {
-      using Result =
-          std::remove_cvref_t<std::invoke_result_t<F&, detail::HookCoroutineArgument<Args>...>>;
-      static_assert(
-          !detail::is_awaitable_v<Result> || std::is_same_v<Result, boost::asio::awaitable<R>>,
-          "kevlar::Hook: a coroutine hook must return boost::asio::awaitable<R> of the "
-          "option's R, on the default executor");
-      return detail::is_awaitable_v<Result>;
-    } else {
-      return false;
-    }
-  }();
+  static constexpr bool returns_coroutine =
+      detail::returns_awaitable<F, detail::HookCoroutineArgument<Args>...>() ||
+      detail::returns_awaitable<F, Args...>();
 
   /// An empty hook: the strategy skips it.
   Hook() noexcept = default;
   /// An empty hook.
   Hook(std::nullptr_t) noexcept {}  // NOLINT(google-explicit-constructor)
 
-  /// Holds `f` as a coroutine factory if calling it with the signature's (coroutine) arguments
-  /// returns `boost::asio::awaitable<R>`, else as a plain function. Implicit, so that an option
-  /// is assigned a lambda as before.
+  /// Holds `f` as a coroutine factory if it returns an Asio awaitable (returns_coroutine), else
+  /// as a plain function. Implicit, so that an option is assigned a lambda as before. `f` must be
+  /// copyable (both forms are std::functions).
   template <class F>
   requires(!std::same_as<std::remove_cvref_t<F>, Hook> &&
            !std::same_as<std::remove_cvref_t<F>, std::nullptr_t> &&
            (std::is_invocable_r_v<R, F&, Args...> || returns_coroutine<F>))
       Hook(F&& f) {  // NOLINT(google-explicit-constructor)
+    static_assert(std::is_copy_constructible_v<std::decay_t<F>>,
+                  "kevlar::Hook: the callable must be copyable, as a std::function's target "
+                  "(keep move-only state behind a std::shared_ptr)");
     if constexpr (returns_coroutine<F>) {
+      static_assert(std::is_invocable_v<F&, detail::HookCoroutineArgument<Args>...>,
+                    "kevlar::Hook: a coroutine hook must take its const X& arguments by value "
+                    "(a reference would dangle: the coroutine runs after the strategy's callback "
+                    "has returned)");
+      static_assert(
+          std::is_same_v<detail::HookResult<F, detail::HookCoroutineArgument<Args>...>,
+                         boost::asio::awaitable<R>>,
+          "kevlar::Hook: a coroutine hook must return boost::asio::awaitable<R> of the option's "
+          "R, on the default executor");
       coroutine_ = std::forward<F>(f);
     } else {
       function_ = std::forward<F>(f);
@@ -110,6 +131,10 @@ class Hook<R(Args...)> {
   [[nodiscard]] const Function& function() const noexcept { return function_; }
   /// The coroutine form; empty unless is_coroutine().
   [[nodiscard]] const Coroutine& coroutine() const noexcept { return coroutine_; }
+
+  /// True if the hook is empty (as `!hook`): `options.on_retry == nullptr` reads as it did when
+  /// the option was a std::function.
+  friend bool operator==(const Hook& hook, std::nullptr_t) noexcept { return !hook; }
 
  private:
   Function function_;

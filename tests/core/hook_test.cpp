@@ -34,8 +34,9 @@ static_assert(std::is_same_v<Compute::Coroutine,
                              std::function<asio::awaitable<std::optional<int>>(Event, Scope&)>>);
 static_assert(
     std::is_same_v<Compute::Function, std::function<std::optional<int>(const Event&, Scope&)>>);
-// Only callables of the signature's shape convert: neither a wrong argument nor an awaitable of
-// another result type.
+// Only callables of the signature's shape convert. (A coroutine of the wrong shape, an awaitable of
+// another result type and a move-only callable are refused by static_asserts instead, with a
+// message: tests/compile_fail.)
 static_assert(std::is_constructible_v<Notify, void (*)(const Event&)>);
 static_assert(!std::is_constructible_v<Notify, void (*)(int)>);
 static_assert(!std::is_constructible_v<Notify, void (*)(Event&)>);
@@ -65,9 +66,12 @@ TEST(Hook, AnEmptyHookHoldsNeitherForm) {
   for (const Notify& h : {Notify{}, Notify{nullptr}, Notify{std::function<void(const Event&)>{}},
                           Notify{std::function<asio::awaitable<void>(Event)>{}}}) {
     EXPECT_FALSE(h);
+    EXPECT_TRUE(h == nullptr);
     EXPECT_FALSE(h.is_function());
     EXPECT_FALSE(h.is_coroutine());
   }
+  const Notify held = [](const Event&) {};
+  EXPECT_TRUE(held != nullptr);
 }
 
 TEST(Hook, AFunctionIsCalledWithTheArgumentsItself) {
