@@ -637,14 +637,6 @@ TEST(ChaosOptionsTest, InvalidOptionsAreRefusedNamingTheOption) {
   two.result = 1;
   two.result_generator = [](Context&) { return 2; };
   EXPECT_NE(message([&] { (void)chaos::outcome(two); }).find("exactly one"), std::string::npos);
-  // The plain and the coroutine behavior are one option now: a coroutine assigned after a
-  // function replaces it, so both cannot be set.
-  ChaosBehaviorOptions b;
-  b.behavior = [](Context&) {};
-  b.behavior = [](Context&) -> asio::awaitable<void> { co_return; };
-  EXPECT_TRUE(b.behavior.is_coroutine());
-  EXPECT_FALSE(b.behavior.is_function());
-  EXPECT_EQ(message([&] { (void)chaos::behavior(b); }), "no exception");
 }
 
 TEST(ChaosOptionsTest, DescriptionsNameTheKindAndItsOptions) {

@@ -21,10 +21,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kevlar {
@@ -229,6 +231,41 @@ Outcome<int> run_coroutine(const Shield& shield, int& calls) {
   io.run();
   EXPECT_TRUE(got.has_value());
   return got.value_or(Outcome<int>::from_value(-1));
+}
+
+// Only a coroutine behaviour needs the call's executor (StrategyTraits::needs_executor): with one,
+// a handler without an associated executor is refused before anything runs; with a function it is
+// served.
+TEST(ChaosExecution, OnlyACoroutineBehaviourNeedsAnExecutor) {
+  asio::io_context io;
+  int behaved = 0;
+  ChaosBehaviorOptions function;
+  function.chaos = on();
+  function.behavior = [&behaved](Context&) { ++behaved; };
+  ChaosBehaviorOptions coroutine;
+  coroutine.chaos = on();
+  coroutine.behavior = [&behaved](Context&) -> asio::awaitable<void> {
+    ++behaved;
+    co_return;
+  };
+  const auto answer = [&io](auto token) {
+    return test::async_answer(io.get_executor(), {}, 5, std::move(token));
+  };
+  std::promise<std::pair<boost::system::error_code, int>> served;
+  chaos::behavior(function).execute_async(answer, [&served](boost::system::error_code ec, int v) {
+    served.set_value({ec, v});
+  });
+  io.run();  // the operation's post, if it went to `io`
+  // An event, not a timer: the delivery may come from the system executor's thread.
+  const auto got = served.get_future().get();
+  EXPECT_FALSE(got.first);
+  EXPECT_EQ(got.second, 5);
+  EXPECT_EQ(behaved, 1);
+  std::promise<boost::system::error_code> refused;
+  chaos::behavior(coroutine).execute_async(
+      answer, [&refused](boost::system::error_code ec, int) { refused.set_value(ec); });
+  EXPECT_EQ(refused.get_future().get(), make_error_code(errc::executor_required));
+  EXPECT_EQ(behaved, 1);  // refused before the behaviour ran
 }
 
 TEST(ChaosExecution, EveryInjectionThroughACompletionHandler) {

@@ -113,6 +113,38 @@ TEST(FallbackAsyncHooks, AFailingHookSkipsTheRecoveryAndIsTheOutcome) {
   EXPECT_FALSE(recovered);
 }
 
+// Mixed forms: a function on_fallback runs inline, before the coroutine recovery is awaited; if
+// it throws, the recovery never starts and its exception is the outcome.
+TEST(FallbackAsyncHooks, AFunctionOnFallbackRunsBeforeACoroutineRecovery) {
+  std::vector<std::string> log;
+  FallbackOptions<int> o = recorded(log);
+  o.on_fallback = [&log](const FallbackEvent<int>& e) {
+    log.emplace_back(std::string("on_fallback:") +
+                     (e.outcome.has_exception() ? "exception" : "error"));
+  };
+  ASSERT_TRUE(o.on_fallback.is_function());
+  asio::io_context io;
+  std::optional<std::pair<error_code, int>> got;
+  Shield{}.fallback(o).execute_async(
+      [&](auto token) {
+        return test::async_answer(io.get_executor(), asio::error::connection_reset, 0,
+                                  std::move(token));
+      },
+      asio::bind_executor(io, [&](error_code ec, int v) { got.emplace(ec, v); }));
+  io.run();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_FALSE(got->first);
+  EXPECT_EQ(got->second, -2);
+  EXPECT_EQ(log, (std::vector<std::string>{"on_fallback:error", "recovery"}));
+
+  log.clear();
+  o.on_fallback = [](const FallbackEvent<int>&) { throw std::domain_error("hook"); };
+  const Outcome<int> out = Shield{}.fallback(o).execute_outcome([]() -> int { throw Down(); });
+  ASSERT_TRUE(out.has_exception());
+  EXPECT_THROW(std::rethrow_exception(out.exception()), std::domain_error);
+  EXPECT_TRUE(log.empty());  // the coroutine recovery never started
+}
+
 TEST(FallbackAsyncHooks, TheCallersCancellationReachesTheAsynchronousRecovery) {
   asio::io_context io;
   asio::steady_timer hour(io, std::chrono::hours(1));
@@ -223,14 +255,6 @@ TEST(FallbackAsyncHooks, AValueTypeWithoutADefaultConstructorWorks) {
 }
 
 TEST(FallbackAsyncHooks, OptionsAreValidated) {
-  // The plain and the coroutine recovery are one option now: a coroutine assigned after a
-  // function replaces it, so both cannot be set.
-  FallbackOptions<int> replaced;
-  replaced.recovery = [](const Outcome<int>&, Context&) { return 1; };
-  replaced.recovery = [](Outcome<int>, Context&) -> asio::awaitable<int> { co_return 1; };
-  EXPECT_TRUE(replaced.recovery.is_coroutine());
-  EXPECT_FALSE(replaced.recovery.is_function());
-  EXPECT_NO_THROW((void)Shield{}.fallback(replaced));
   FallbackOptions<int> coroutine_only;
   coroutine_only.recovery = [](Outcome<int>, Context&) -> asio::awaitable<int> { co_return 1; };
   EXPECT_NO_THROW((void)Shield{}.fallback(coroutine_only));

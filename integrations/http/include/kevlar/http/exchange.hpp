@@ -39,9 +39,9 @@ struct StandardShieldOptions {
   /// Budget of the whole call, retries included; nullopt: no total timeout.
   std::optional<Clock::duration> total_timeout = std::chrono::seconds(30);
   /// The retry; its max_delay (30 s unless set, also when this whole struct is replaced) caps a
-  /// Retry-After too. A delay_generator set here replaces the Retry-After rule. A Retry-After
-  /// that reaches past what is left of total_timeout ends the call at once with that response
-  /// (the retry starts no wait that no attempt could follow).
+  /// Retry-After too. A delay_generator set here (a function or a coroutine) replaces the
+  /// Retry-After rule. A Retry-After that reaches past what is left of total_timeout ends the call
+  /// at once with that response (the retry starts no wait that no attempt could follow).
   RetryOptions retry = [] {
     RetryOptions r;
     r.max_retries = 3;
