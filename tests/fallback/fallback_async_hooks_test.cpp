@@ -52,6 +52,21 @@ FallbackOptions<int> recorded(std::vector<std::string>& log) {
   return o;
 }
 
+/// Runs one asynchronous execution through `shield` whose operation fails with connection_reset,
+/// on an io_context of its own, and returns what it completed with.
+std::optional<std::pair<error_code, int>> recover_reset(const Shield& shield) {
+  asio::io_context io;
+  std::optional<std::pair<error_code, int>> got;
+  shield.execute_async(
+      [&](auto token) {
+        return test::async_answer(io.get_executor(), asio::error::connection_reset, 0,
+                                  std::move(token));
+      },
+      asio::bind_executor(io, [&](error_code ec, int v) { got.emplace(ec, v); }));
+  io.run();
+  return got;
+}
+
 TEST(FallbackAsyncHooks, ASynchronousCallAwaitsThemInOrder) {
   std::vector<std::string> log;
   const Shield shield = Shield{}.fallback(recorded(log));
@@ -63,15 +78,8 @@ TEST(FallbackAsyncHooks, ASynchronousCallAwaitsThemInOrder) {
 
 TEST(FallbackAsyncHooks, AnAsynchronousCallGetsTheRecoveredValue) {
   std::vector<std::string> log;
-  asio::io_context io;
-  std::optional<std::pair<error_code, int>> got;
-  Shield{}.fallback(recorded(log)).execute_async(
-      [&](auto token) {
-        return test::async_answer(io.get_executor(), asio::error::connection_reset, 0,
-                                  std::move(token));
-      },
-      asio::bind_executor(io, [&](error_code ec, int v) { got.emplace(ec, v); }));
-  io.run();
+  const std::optional<std::pair<error_code, int>> got =
+      recover_reset(Shield{}.fallback(recorded(log)));
   ASSERT_TRUE(got.has_value());
   EXPECT_FALSE(got->first);
   EXPECT_EQ(got->second, -2);
@@ -123,15 +131,7 @@ TEST(FallbackAsyncHooks, AFunctionOnFallbackRunsBeforeACoroutineRecovery) {
                      (e.outcome.has_exception() ? "exception" : "error"));
   };
   ASSERT_TRUE(o.on_fallback.is_function());
-  asio::io_context io;
-  std::optional<std::pair<error_code, int>> got;
-  Shield{}.fallback(o).execute_async(
-      [&](auto token) {
-        return test::async_answer(io.get_executor(), asio::error::connection_reset, 0,
-                                  std::move(token));
-      },
-      asio::bind_executor(io, [&](error_code ec, int v) { got.emplace(ec, v); }));
-  io.run();
+  const std::optional<std::pair<error_code, int>> got = recover_reset(Shield{}.fallback(o));
   ASSERT_TRUE(got.has_value());
   EXPECT_FALSE(got->first);
   EXPECT_EQ(got->second, -2);
