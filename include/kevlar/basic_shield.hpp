@@ -7,6 +7,7 @@
 #include <kevlar/clock.hpp>
 #include <kevlar/context.hpp>
 #include <kevlar/detail/async_call.hpp>
+#include <kevlar/detail/awaitable_traits.hpp>
 #include <kevlar/detail/engine.hpp>
 #include <kevlar/detail/lease.hpp>
 #include <kevlar/detail/sync_call.hpp>
@@ -39,14 +40,6 @@
 namespace kevlar {
 
 namespace detail {
-
-template <class T>
-struct IsAwaitable : std::false_type {};
-template <class T, class E>
-struct IsAwaitable<boost::asio::awaitable<T, E>> : std::true_type {
-  using value_type = T;
-  using executor_type = E;
-};
 
 /// The immutable data of a Shield, shared by every copy, and kept alive after the last copy by the
 /// leases of the asynchronous executions still running (make_leased).

@@ -1,6 +1,8 @@
 // kevlar — Hook: a user's hook in a strategy's options, either a plain function or a coroutine.
 #pragma once
 
+#include <kevlar/detail/awaitable_traits.hpp>
+
 #include <boost/asio/awaitable.hpp>
 
 #include <concepts>
@@ -21,11 +23,6 @@ using HookCoroutineArgument =
     std::conditional_t<std::is_lvalue_reference_v<A> && std::is_const_v<std::remove_reference_t<A>>,
                        std::remove_cvref_t<A>, A>;
 
-template <class T>
-inline constexpr bool is_awaitable_v = false;
-template <class T, class Executor>
-inline constexpr bool is_awaitable_v<boost::asio::awaitable<T, Executor>> = true;
-
 /// What calling an F with arguments A... returns, without references and qualifiers.
 template <class F, class... A>
 using HookResult = std::remove_cvref_t<std::invoke_result_t<F&, A...>>;
@@ -34,7 +31,7 @@ using HookResult = std::remove_cvref_t<std::invoke_result_t<F&, A...>>;
 template <class F, class... A>
 constexpr bool returns_awaitable() {
   if constexpr (std::is_invocable_v<F&, A...>) {
-    return is_awaitable_v<HookResult<F, A...>>;
+    return IsAwaitable<HookResult<F, A...>>::value;
   } else {
     return false;
   }
